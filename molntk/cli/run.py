@@ -1,0 +1,99 @@
+"""``molntk run CONFIG``: validate a configuration and run its task.
+
+Each task of :data:`molntk.config.TASK_MODELS` has a runner in :data:`RUNNERS`; a new
+task adds its config model there and its runner here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from molntk.cli.config_cmd import SetOption
+from molntk.cli.output import print_json, print_qm9_summary
+from molntk.config import ConfigProblem, ConfigValidationError, QM9DataConfig, QM9SummaryConfig, load_config
+
+if TYPE_CHECKING:
+    from molntk.data.qm9 import QM9
+
+
+def load_qm9_data(data: QM9DataConfig, source: str) -> QM9:
+    """The QM9 molecules a ``data`` section asks for, with its split checked against their number.
+
+    ``source`` names the configuration in the error raised when
+    ``n_train + n_valid`` leaves no test molecules.
+    """
+    if data.source == "torch-geometric":
+        from molntk.data.pyg import load_pyg_qm9
+
+        molecules = load_pyg_qm9(data.root)
+    else:
+        from molntk.data.qm9 import load_qm9
+
+        molecules = load_qm9(data.cache_dir)
+    n_train, n_valid = data.split.n_train, data.split.n_valid
+    if n_train + n_valid >= len(molecules):
+        problem = (
+            f"n_train + n_valid = {n_train:,} + {n_valid:,} = {n_train + n_valid:,} leaves no test molecules: "
+            f"QM9 from {data.source} has {len(molecules):,}"
+        )
+        raise ConfigValidationError([ConfigProblem(source, "data.split", problem)])
+    return molecules
+
+
+def run_qm9_summary(config: QM9SummaryConfig, source: str) -> dict[str, Any]:
+    """``task: qm9-summary``: :func:`~molntk.data.qm9.qm9_summary` with the configured split sizes."""
+    from molntk.data.qm9 import qm9_summary
+    from molntk.data.splits import standard_split
+
+    data = config.data
+    molecules = load_qm9_data(data, source)
+    summary = qm9_summary(molecules, seed=data.seed)
+    split = standard_split(len(molecules), data.seed, data.split.n_train, data.split.n_valid)
+    summary["split"] = {"seed": data.seed, **split.sizes()}
+    return summary
+
+
+def show_qm9_summary(config: QM9SummaryConfig, result: dict[str, Any]) -> None:
+    """Tables of a ``qm9-summary`` result."""
+    print_qm9_summary(result, title=f"{config.name}: QM9 ({config.data.source})")
+
+
+@dataclass(frozen=True)
+class Runner:
+    """How ``molntk run`` performs one task.
+
+    ``compute(config, source)`` returns a JSON-serialisable result (``source`` names the
+    configuration in errors); ``show(config, result)`` prints it as tables.
+    """
+
+    compute: Callable[[Any, str], dict[str, Any]]
+    show: Callable[[Any, dict[str, Any]], None]
+
+
+#: Task name → its runner; every task of :data:`molntk.config.TASK_MODELS` has one.
+RUNNERS: dict[str, Runner] = {
+    "qm9-summary": Runner(run_qm9_summary, show_qm9_summary),
+}
+
+
+def run(
+    config: Annotated[
+        str, typer.Argument(metavar="CONFIG", help="YAML configuration file (its 'task' picks the job).")
+    ],
+    overrides: SetOption = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document {config, result} instead of tables.")
+    ] = False,
+) -> None:
+    """Validate a configuration and run the job its 'task' key names."""
+    resolved = load_config(config, overrides or ())
+    runner = RUNNERS[resolved.task]
+    result = runner.compute(resolved, config)
+    if as_json:
+        print_json({"config": resolved.to_dict(), "result": result})
+    else:
+        runner.show(resolved, result)

@@ -1,0 +1,174 @@
+"""Radial bases R_k(r, Z_a, Z_b) of the environment feature maps.
+
+Two kinds, each a frozen dataclass with ``n_functions`` (how many radial functions k),
+``cutoff`` (distance in Å beyond which a neighbour contributes exactly nothing, or
+``None``) and a vectorised evaluation ``basis(r, z_centre, z_neighbour) -> (P, n_functions)``
+over P atom pairs:
+
+- :class:`GaussianBasis` (``kind: gaussian``): n Gaussians times a smooth cosine cutoff,
+
+      R_k(r) = exp(−(r − μ_k)² / (2 w²)) · fc(r),   fc(r) = ½ (cos(π r / r_cut) + 1) for r < r_cut, 0 beyond,
+
+  centres μ_k = r_min + k (r_cut − r_min)/(n − 1) evenly spaced in [r_min, r_cut] (μ_0 = r_min
+  when n = 1), width w = the centre spacing unless given (r_cut − r_min when n = 1).
+  fc and its first derivative vanish at r_cut, so the features are continuous (even C¹)
+  as a neighbour crosses the cutoff.
+- :class:`CoulombBasis` (``kind: coulomb``): the published reference's channels
+  R_p(r, Z_a, Z_b) = Z_a Z_b / r^p, one per power p (default p ∈ {2, 6}), no cutoff.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int ≥ ``minimum``, else a ValueError naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_float(name: str, value: Any, *, positive: bool = False, nonnegative: bool = False) -> float:
+    """``value`` as a finite float (optionally > 0 or ≥ 0), else a ValueError naming ``name``."""
+    if not _is_number(value) or not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    value = float(value)
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    if nonnegative and value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def cosine_cutoff(r: Tensor, r_cut: float) -> Tensor:
+    """fc(r) = ½ (cos(π r / r_cut) + 1) for r < r_cut, exactly 0 for r ≥ r_cut."""
+    inside = r < r_cut
+    return torch.where(inside, 0.5 * (torch.cos(torch.pi * r / r_cut) + 1.0), torch.zeros_like(r))
+
+
+@dataclass(frozen=True)
+class GaussianBasis:
+    """Gaussians exp(−(r − μ_k)²/(2w²)) on [r_min, r_cut] (Å) times a cosine cutoff at r_cut.
+
+    ``n``: number of Gaussians; ``width``: w in Å (``None``: the centre spacing
+    (r_cut − r_min)/(n − 1), or r_cut − r_min when n = 1).
+    """
+
+    n: int = 6
+    r_min: float = 0.5
+    r_cut: float = 5.0
+    width: float | None = None
+
+    kind: ClassVar[str] = "gaussian"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n", check_int("gaussian radial basis n", self.n, 1))
+        object.__setattr__(self, "r_min", check_float("gaussian radial basis r_min", self.r_min, nonnegative=True))
+        object.__setattr__(self, "r_cut", check_float("gaussian radial basis r_cut", self.r_cut, positive=True))
+        if self.r_cut <= self.r_min:
+            raise ValueError(f"gaussian radial basis needs r_cut > r_min, got r_cut={self.r_cut}, r_min={self.r_min}")
+        if self.width is not None:
+            object.__setattr__(self, "width", check_float("gaussian radial basis width", self.width, positive=True))
+
+    @property
+    def n_functions(self) -> int:
+        return self.n
+
+    @property
+    def cutoff(self) -> float:
+        return self.r_cut
+
+    @property
+    def centres(self) -> np.ndarray:
+        """μ_k, evenly spaced in [r_min, r_cut] (shape (n,))."""
+        return np.linspace(self.r_min, self.r_cut, self.n)
+
+    @property
+    def sigma(self) -> float:
+        """The Gaussian width w in Å actually used."""
+        if self.width is not None:
+            return self.width
+        return (self.r_cut - self.r_min) / max(self.n - 1, 1)
+
+    def __call__(self, r: Tensor, z_centre: Tensor, z_neighbour: Tensor) -> Tensor:
+        """R_k(r_ab) for P pairs: shape (P, n). The atomic numbers are not used."""
+        mu = torch.as_tensor(self.centres, dtype=r.dtype, device=r.device)
+        gauss = torch.exp(-((r[:, None] - mu) ** 2) / (2.0 * self.sigma**2))
+        return gauss * cosine_cutoff(r, self.r_cut)[:, None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "n": self.n, "r_min": self.r_min, "r_cut": self.r_cut, "width": self.width}
+
+
+@dataclass(frozen=True)
+class CoulombBasis:
+    """Coulomb-like channels Z_a Z_b / r^p, one per power p (> 0, distinct); no cutoff."""
+
+    powers: tuple[float, ...] = (2.0, 6.0)
+
+    kind: ClassVar[str] = "coulomb"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.powers, (str, bytes)) or not hasattr(self.powers, "__iter__"):
+            raise ValueError(f"coulomb radial basis powers must be a list of numbers, got {self.powers!r}")
+        powers = tuple(check_float("coulomb radial basis power", p, positive=True) for p in self.powers)
+        if not powers:
+            raise ValueError("coulomb radial basis needs at least one power p")
+        if len(set(powers)) != len(powers):
+            raise ValueError(f"coulomb radial basis powers must be distinct, got {list(powers)}")
+        object.__setattr__(self, "powers", powers)
+
+    @property
+    def n_functions(self) -> int:
+        return len(self.powers)
+
+    @property
+    def cutoff(self) -> None:
+        return None
+
+    def __call__(self, r: Tensor, z_centre: Tensor, z_neighbour: Tensor) -> Tensor:
+        """Z_a Z_b / r_ab^p for P pairs: shape (P, len(powers))."""
+        p = torch.as_tensor(self.powers, dtype=r.dtype, device=r.device)
+        return (z_centre * z_neighbour)[:, None] / r[:, None] ** p
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "powers": list(self.powers)}
+
+
+RadialBasis = GaussianBasis | CoulombBasis
+
+#: kind name → radial basis class.
+RADIAL_KINDS: dict[str, type[GaussianBasis] | type[CoulombBasis]] = {
+    GaussianBasis.kind: GaussianBasis,
+    CoulombBasis.kind: CoulombBasis,
+}
+
+
+def radial_basis_from_dict(data: Mapping[str, Any]) -> RadialBasis:
+    """Build a radial basis from ``{"kind": ..., <parameters>}`` (the inverse of ``to_dict``)."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"radial basis must be a mapping with a 'kind' key, got {data!r}")
+    params = dict(data)
+    kind = params.pop("kind", GaussianBasis.kind)
+    if kind not in RADIAL_KINDS:
+        raise ValueError(f"unknown radial basis kind {kind!r}; choose one of {sorted(RADIAL_KINDS)}")
+    cls = RADIAL_KINDS[kind]
+    allowed = {f.name for f in fields(cls)}
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown} for {kind} radial basis; allowed: {sorted(allowed)}")
+    return cls(**params)

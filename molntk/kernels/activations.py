@@ -1,0 +1,87 @@
+"""Pointwise nonlinearities with their dual activations.
+
+For a centred Gaussian pair (u, v) with covariance [[k11, k12], [k12, k22]] the dual
+activation of σ is
+
+    F(k12; k11, k22)  = E[σ(u) σ(v)]            (NNGP rule)
+    Ḟ(k12; k11, k22)  = E[σ'(u) σ'(v)]          (NTK rule: Θ' = Θ · Ḟ)
+
+Each :class:`Activation` carries the finite-width function (``apply``, used by the
+finite networks that test the kernels) next to these closed forms (``dual``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+#: Correlations are clamped to [-1 + EPS, 1 - EPS] before arccos/arcsin-type formulas,
+#: so that rounding never produces NaN on the diagonal (where the exact value is ±1).
+_CLAMP = 1e-12
+
+
+def _relu_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
+    """Arc-cosine kernel of degree 1 (Cho & Saul 2009):
+
+    F = √(k11 k22) / (2π) · (sin θ + (π − θ) cos θ),   Ḟ = (π − θ) / (2π),
+    θ = arccos(k12 / √(k11 k22)).
+    """
+    norm = torch.sqrt(k11 * k22)
+    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+    cos = torch.clamp(k12 / safe, -1.0, 1.0)
+    theta = torch.arccos(cos)
+    f = torch.where(norm > 0, norm / (2 * math.pi) * (torch.sin(theta) + (math.pi - theta) * cos), torch.zeros_like(norm))
+    fdot = torch.where(norm > 0, (math.pi - theta) / (2 * math.pi), torch.full_like(norm, 0.25))
+    return f, fdot
+
+
+def _erf_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
+    """Dual of erf (Williams 1997):
+
+    F = (2/π) arcsin(2 k12 / √((1 + 2 k11)(1 + 2 k22))),
+    Ḟ = (4/π) / √((1 + 2 k11)(1 + 2 k22) − 4 k12²).
+    """
+    d = (1 + 2 * k11) * (1 + 2 * k22)
+    rho = torch.clamp(2 * k12 / torch.sqrt(d), -1 + _CLAMP, 1 - _CLAMP)
+    f = (2 / math.pi) * torch.arcsin(rho)
+    fdot = (4 / math.pi) / torch.sqrt(torch.clamp(d - 4 * k12 * k12, min=d * _CLAMP))
+    return f, fdot
+
+
+def _quadratic_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
+    """σ(x) = x²: F = k11 k22 + 2 k12² (Isserlis), Ḟ = E[2u · 2v] = 4 k12."""
+    return k11 * k22 + 2 * k12 * k12, 4 * k12
+
+
+def _identity_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
+    """σ(x) = x: F = k12, Ḟ = 1."""
+    return k12, torch.ones_like(k12)
+
+
+@dataclass(frozen=True)
+class Activation:
+    """A nonlinearity: finite ``apply`` and its ``dual`` (F, Ḟ) for kernels."""
+
+    name: str
+    apply: Callable[[Tensor], Tensor]
+    dual: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "relu": Activation("relu", torch.relu, _relu_dual),
+    "erf": Activation("erf", torch.erf, _erf_dual),
+    "quadratic": Activation("quadratic", torch.square, _quadratic_dual),
+    "identity": Activation("identity", lambda x: x, _identity_dual),
+}
+
+
+def get_activation(name: str) -> Activation:
+    """Look up an activation by name (``relu``, ``erf``, ``quadratic``, ``identity``)."""
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}") from None

@@ -1,0 +1,51 @@
+"""What the layers share when evaluated: the grid, the measure, dtype and device.
+
+``mode="exact"``: the kernel of the finite network sampled on ``grid`` (pair measure);
+``mode="fast"``: the invariant recursion on ``grid`` as quadrature for u (grid measure).
+The finite-width twins always run on the nodes of ``grid``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+from torch import Tensor
+
+from molntk.kernels.so3.grids import SO3Grid
+from molntk.kernels.so3.measures import SO3Measure, grid_measure, pair_measure
+from molntk.kernels.so3.wigner import wigner_blocks
+
+MODES = ("exact", "fast")
+
+
+@dataclass
+class Discretisation:
+    grid: SO3Grid
+    band_limit: int
+    mode: str = "fast"
+    dtype: torch.dtype = torch.float64
+    device: torch.device | str = "cpu"
+    _measure: SO3Measure | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown kernel mode {self.mode!r}; choose one of {MODES}")
+
+    @property
+    def measure(self) -> SO3Measure:
+        if self._measure is None:
+            build = pair_measure if self.mode == "exact" else grid_measure
+            self._measure = build(self.grid, self.band_limit)
+        return self._measure
+
+    @cached_property
+    def node_blocks(self) -> list[Tensor]:
+        """D^l(g_a) at the grid nodes, l < band_limit, in the working dtype/device (finite twins)."""
+        return [b.to(self.dtype).to(self.device) for b in wigner_blocks(self.band_limit, *self.grid.angles)]
+
+    @cached_property
+    def node_weights(self) -> Tensor:
+        """Quadrature weights q_a of the grid nodes (finite twins)."""
+        return self.grid.weights.to(self.dtype).to(self.device)

@@ -1,0 +1,93 @@
+"""Lifting layer S² → SO(3): kernel rule and finite-width twin.
+
+Finite layer (width n, C input channels, band limit L, NTK parametrisation): filters
+κ_jc(x) = Σ_{l<L} W^l_jcᵀ Y^l(x) with W ~ N(0, 1), and
+
+    z_j(g) = σ_w/√C · Σ_c ∫ κ_jc(g⁻¹x) f_c(x) dx + σ_b b_j
+           = σ_w/√C · Σ_c Σ_{l<L} W^l_jcᵀ D^l(g)ᵀ f̂^l_c + σ_b b_j.
+
+Kernel (exact at every pair of points, no quadrature):
+
+    K(g, g') = σ_w²/C · Σ_{l<L} ⟨M^l, D^l(g g'⁻¹)⟩ + σ_b²,   M^l_{mm'} = Σ_c f̂^l_{c,m} f̂'^l_{c,m'},
+
+a function of u = g g'⁻¹ only; Θ = K (the layer's own parameters only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from molntk.kernels.so3.context import Discretisation
+from molntk.kernels.so3.state import GroupKernel, InputPair
+from molntk.kernels.so3.wigner import coeff_slices
+
+
+def lift_moments(a: Tensor, b: Tensor, band_limit: int) -> Tensor:
+    """M^l_{ij,mm'} = Σ_c a[i,c,(l,m)] b[j,c,(l,m')], flattened over l<L: shape (n1, n2, L3)."""
+    n1, n2 = a.shape[0], b.shape[0]
+    parts = [torch.einsum("icm,jcn->ijmn", a[..., s], b[..., s]).reshape(n1, n2, -1) for s in coeff_slices(band_limit)]
+    return torch.cat(parts, dim=-1)
+
+
+def self_lift_moments(a: Tensor, band_limit: int) -> Tensor:
+    """Diagonal of :func:`lift_moments` (a with itself): shape (n, L3)."""
+    parts = [torch.einsum("icm,icn->imn", a[..., s], a[..., s]).reshape(a.shape[0], -1) for s in coeff_slices(band_limit)]
+    return torch.cat(parts, dim=-1)
+
+
+@dataclass(frozen=True)
+class Lift:
+    """Lifting convolution S² → SO(3) with band-limited white-noise filters (l < band_limit)."""
+
+    band_limit: int
+    sigma_w: float = 1.0
+    sigma_b: float = 0.0
+
+    def kernel(self, state: InputPair, ctx: Discretisation, *, ntk: bool) -> GroupKernel:
+        if not isinstance(state, InputPair):
+            raise TypeError("Lift must be the first layer of an SO(3) network")
+        x1, x2 = state.x1, state.x2
+        _check_band(x1, self.band_limit)
+        table = ctx.measure.table(self.band_limit, ctx.dtype, ctx.device)  # (K+1, L3)
+        scale = self.sigma_w**2 / x1.shape[1]
+        bias = self.sigma_b**2
+        nngp = scale * (lift_moments(x1, x2, self.band_limit) @ table.T) + bias
+        self1 = scale * (self_lift_moments(x1, self.band_limit) @ table.T) + bias
+        self2 = self1 if state.same else scale * (self_lift_moments(x2, self.band_limit) @ table.T) + bias
+        return GroupKernel(nngp=nngp, ntk=nngp.clone() if ntk else None, self1=self1, self2=self2)
+
+    def finite(self, in_width: int, width: int, ctx: Discretisation) -> nn.Module:
+        return LiftModule(self, in_width, width, ctx)
+
+
+def _check_band(x: Tensor, band_limit: int) -> None:
+    if x.ndim != 3 or x.shape[-1] < band_limit**2:
+        raise ValueError(
+            f"Lift(band_limit={band_limit}) needs coefficients of shape (n, C, >= {band_limit**2}), got {tuple(x.shape)}"
+        )
+
+
+class LiftModule(nn.Module):
+    """Finite lifting layer on the grid nodes: (B, C, L²) → (B, n, N)."""
+
+    def __init__(self, layer: Lift, in_width: int, width: int, ctx: Discretisation) -> None:
+        super().__init__()
+        self.layer, self.in_width = layer, in_width
+        self.blocks = ctx.node_blocks[: layer.band_limit]
+        opts = dict(dtype=ctx.dtype, device=ctx.device)
+        self.weights = nn.ParameterList(
+            [nn.Parameter(torch.randn(width, in_width, 2 * l + 1, **opts)) for l in range(layer.band_limit)]
+        )
+        self.bias = nn.Parameter(torch.randn(width, **opts))
+
+    def forward(self, x: Tensor) -> Tensor:
+        _check_band(x, self.layer.band_limit)
+        out = 0
+        for d, w, s in zip(self.blocks, self.weights, coeff_slices(self.layer.band_limit)):
+            rotated = torch.einsum("apm,bcp->bacm", d, x[..., s])  # D^l(g_a)ᵀ f̂^l_c
+            out = out + torch.einsum("bacm,jcm->bja", rotated, w)
+        return self.layer.sigma_w / math.sqrt(self.in_width) * out + self.layer.sigma_b * self.bias[None, :, None]

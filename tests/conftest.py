@@ -1,0 +1,33 @@
+"""Shared test fixtures.
+
+The whole session (all xdist workers) uses one temporary molntk cache directory, so the
+tests never touch the user's cache and the QM9 cache is built once per session: the
+first worker builds it under the cache's file lock while the other waits.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from molntk.data.qm9 import CACHE_ENV, QM9, load_qm9
+
+
+@pytest.fixture(scope="session", autouse=True)
+def molntk_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``$MOLNTK_CACHE_DIR`` for the session: one directory shared by all xdist workers."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    cache = shared / "molntk-cache"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(cache))
+        yield cache
+
+
+@pytest.fixture(scope="session")
+def qm9(molntk_cache_dir: Path) -> QM9:
+    """All of QM9 (qm9pack), through the session's cache."""
+    return load_qm9()

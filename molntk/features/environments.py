@@ -232,7 +232,7 @@ def environment_features(
     centre, neighbour = (torch.as_tensor(i, device=device) for i in pair_indices(n_atoms))
     pos = torch.as_tensor(positions, dtype=torch.float64, device=device)
     z = torch.as_tensor(numbers, device=device)
-    vec = (pos[centre] - pos[neighbour]).to(dtype)
+    vec = (pos[neighbour] - pos[centre]).to(dtype)
     r = torch.linalg.vector_norm(vec, dim=1)
     if config.radial.cutoff is not None:
         inside = r < config.radial.cutoff

@@ -89,12 +89,16 @@ class S2Grid:
     def to_grid(self, coeffs: Tensor) -> Tensor:
         """Synthesis: coefficients (..., L²) → values (..., n_θ, n_φ)."""
         if coeffs.shape[-1] != self.band_limit**2:
-            raise ValueError(f"coefficients need {self.band_limit ** 2} entries (L = {self.band_limit}) in the last axis, got shape {tuple(coeffs.shape)}")
+            raise ValueError(
+                f"coefficients need {self.band_limit ** 2} entries (L = {self.band_limit}) in the last axis, "
+                f"got shape {tuple(coeffs.shape)}"
+            )
         return torch.einsum("...i,tpi->...tp", coeffs, self._basis_like(coeffs))
 
     def from_grid(self, values: Tensor) -> Tensor:
         """Analysis (quadrature): values (..., n_θ, n_φ) → coefficients (..., L²)."""
         if tuple(values.shape[-2:]) != (self.n_theta, self.n_phi):
             raise ValueError(f"grid values need trailing shape ({self.n_theta}, {self.n_phi}), got {tuple(values.shape)}")
-        weighted = self._basis_like(values) * torch.as_tensor(self.weights, dtype=values.dtype, device=values.device)[..., None]
+        weights = torch.as_tensor(self.weights, dtype=values.dtype, device=values.device)
+        weighted = self._basis_like(values) * weights[..., None]
         return torch.einsum("...tp,tpi->...i", values, weighted)

@@ -1,0 +1,131 @@
+"""Group convolution C_n ⋉ R² → C_n ⋉ R²: filters on (offset, relative rotation).
+
+Finite network (NTK parametrisation, i.i.d. N(0, 1) weights w_{oct} and biases b_o):
+
+    z_o(x, r) = σ_w/√(C n k²) Σ_c Σ_t Σ_u (I_r w_{oct})(u) y_c(x + u, r + t) + σ_b b_o.
+
+Kernel rule, with K̃ the covariance of the inputs y and A_{r,r'} = I_r I_r'ᵀ:
+
+    K'((x, r), (x', r')) = σ_w²/(n k²) Σ_t Σ_{u,u'} A_{r,r'}(u, u') K̃((x+u, r+t), (x'+u', r'+t)) + σ_b²,
+    Θ'                   = K' + σ_w²/(n k²) Σ_t Σ_{u,u'} A_{r,r'}(u, u') Θ̃((x+u, r+t), (x'+u', r'+t)).
+
+On orbit blocks (:mod:`molntk.kernels.cn.state`) the sum over t is a sum over blocks:
+for s, s' < p and t = τ + p·j, the pair (s + τ, s' + τ) = (p·m + σ, p·m' + σ') is block
+[q − d][σ][σ'] with its second grid rotated by ρ_d, d = m' − m, the same for all q₀ values
+of j. So block [q][s][s'] of K' is A_{s,s'} applied to q₀ Σ_{τ<p} (those blocks). For
+p = 1 (C1, C2, C4) that is q₀ K̃[q] itself and A = identity: each orbit block is an
+ordinary CNN layer, Σ_u K̃(x + u, x' + u), done as a separable box sum.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from molntk.kernels.cn.lifting import check_filter, pad_images
+from molntk.kernels.cn.rotations import filter_rotations
+from molntk.kernels.cn.spatial import check_padding, correlate_pairs, diagonal_box_sum, output_size, pad_pairs
+from molntk.kernels.cn.state import KernelState, rotate_sites
+
+
+@lru_cache(maxsize=None)
+def block_sources(n: int, orbit: int) -> dict[tuple[int, int], tuple[tuple[int, int, int], ...]]:
+    """For each output block (s, s'): the input blocks (σ, σ', d) summed over τ < p."""
+    p = n // orbit
+    table = {}
+    for s in range(p):
+        for s2 in range(p):
+            terms = []
+            for tau in range(p):
+                m, sigma = divmod((s + tau) % n, p)
+                m2, sigma2 = divmod((s2 + tau) % n, p)
+                terms.append((sigma, sigma2, (m2 - m) % orbit))
+            table[s, s2] = tuple(terms)
+    return table
+
+
+@dataclass(frozen=True)
+class GroupConv:
+    """Group convolution on C_n ⋉ R² (an ordinary convolution for n = 1)."""
+
+    n: int = 4
+    k: int = 3
+    padding: str = "valid"
+    sigma_w: float = 1.0
+    sigma_b: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_filter(self.n, self.k)
+        check_padding(self.padding)
+
+    def kernel(self, state: KernelState) -> KernelState:
+        """(K̃, Θ̃) of the previous nonlinearity → (K', Θ') of this layer."""
+        if len(state.spatial) != 2:
+            raise ValueError("GroupConv needs feature maps; it cannot follow a pooling layer")
+        if state.n != self.n:
+            raise ValueError(f"GroupConv(n={self.n}) follows features with n = {state.n}")
+        alpha = self.sigma_w**2 / (self.n * self.k**2) * state.orbit
+        nngp = self._propagate(state, state.nngp).mul_(alpha).add_(self.sigma_b**2)
+        ntk = None
+        if state.ntk is not None:
+            ntk = self._propagate(state, state.ntk).mul_(alpha).add_(nngp)
+        spatial = tuple(output_size(size, self.k, self.padding) for size in state.spatial)
+        return KernelState(nngp=nngp, ntk=ntk, orbit=state.orbit, spatial=spatial)
+
+    def _propagate(self, state: KernelState, c: Tensor) -> Tensor:
+        """Σ_{τ<p} Σ_{u,u'} A_{s,s'}(u, u') c-blocks (without the factors α, q₀)."""
+        k, padding, orbit = self.k, self.padding, state.orbit
+        dims1, dims2 = state.first_dims, state.second_dims
+        p = state.rotations
+        if p == 1:
+            return diagonal_box_sum(pad_pairs(c, dims1, dims2, k, padding), dims1, dims2, k)
+        rotations = filter_rotations(self.n, k, dtype=c.dtype)[:p].to(c.device)
+        h, w = (output_size(size, k, padding) for size in state.spatial)
+        out = c.new_empty(*c.shape[:2], p, h, w, orbit, p, h, w)
+        inner1, inner2 = (2, 3), (4, 5)
+        for (s, s2), terms in block_sources(self.n, orbit).items():
+            a = rotations[s] @ rotations[s2].T
+            for q in range(orbit):
+                block = sum(
+                    rotate_sites(c[:, :, sigma, :, :, (q - d) % orbit, sigma2], d, orbit, 2)
+                    for sigma, sigma2, d in terms
+                )
+                padded = pad_pairs(block, inner1, inner2, k, padding)
+                out[:, :, s, :, :, q, s2] = correlate_pairs(padded, a, inner1, inner2, k)
+        return out
+
+    def module(self, shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype):
+        """Finite twin: features (C, n, H, W) → (width, n, H', W')."""
+        c, n, h, w = shape
+        if n != self.n:
+            raise ValueError(f"GroupConv(n={self.n}) follows features with n = {n}")
+        out_hw = (output_size(h, self.k, self.padding), output_size(w, self.k, self.padding))
+        return GroupConvModule(c, width, self, generator, dtype), (width, n, *out_hw)
+
+
+class GroupConvModule(nn.Module):
+    """z (N, width, n, H', W') from y (N, C, n, H, W); output rotation r reads r + t with I_r w_t."""
+
+    def __init__(self, c: int, width: int, layer: GroupConv, generator: torch.Generator, dtype: torch.dtype):
+        super().__init__()
+        n, k = layer.n, layer.k
+        self.layer = layer
+        self.weight = nn.Parameter(torch.randn(width, c, n, k, k, generator=generator, dtype=dtype))
+        self.bias = nn.Parameter(torch.randn(width, generator=generator, dtype=dtype))
+        self.register_buffer("rotations", filter_rotations(n, k, dtype=dtype))
+        r, a = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+        self.register_buffer("relative", (a - r) % n)
+
+    def forward(self, y: Tensor) -> Tensor:
+        layer, (width, c, n, k, _) = self.layer, self.weight.shape
+        w = self.weight.flatten(3)[:, :, self.relative]  # (width, C, n_r, n_a, k²): w_{t = a − r}
+        filters = torch.einsum("ruv,oirav->oriau", self.rotations, w).reshape(width * n, c * n, k, k)
+        x = pad_images(y.flatten(1, 2), k, layer.padding)
+        z = F.conv2d(x, filters)
+        z = z.reshape(y.shape[0], width, n, *z.shape[-2:]) * (layer.sigma_w / math.sqrt(c * n * k * k))
+        return z + layer.sigma_b * self.bias.reshape(1, width, 1, 1, 1)

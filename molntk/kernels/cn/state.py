@@ -1,0 +1,104 @@
+"""Kernel states of C_n ⋉ R² networks, stored up to the exact rotation symmetry.
+
+Features live on sites (x, r): positions x of an h×w grid and rotations r ∈ Z_n. Let
+q₀ = gcd(n, 4) (gcd(n, 2) for non-square grids) be the order of the rotations that are
+exact on the pixel grid, p = n/q₀, and ρ_j the rotation of images by j·2π/q₀ (``rot90``).
+Writing r = p·m + s (s < p), the finite networks satisfy exactly
+
+    z(x, p·m + s)[f] = (ρ_m z(·, s)[ρ_{−m} f])(x)        (equivariance),
+    {z(x, r)}  =  {z(x, r + p)}  in distribution          (I_{r+p} = P I_r, P w ~ w),
+
+so every kernel E[z(x, r)[f] z(x', r')[f']] is one of the "orbit blocks"
+
+    B[q][s][s'](x, x') = K_{f, ρ_q f'}((x, s), (x', s')),   q < q₀,  s, s' < p,
+
+with x' rotated: K_f,f'((x, p·m+s), (x', p·m'+s')) = B_{f, f'}[m − m'][s][s'](x, ρ_{m'−m}-rotated x').
+A state holds the q₀ p² blocks instead of n² (4× fewer for C4, exactly the CNN kernels of
+f against the four rotations of f'). ``orbit = 1`` keeps all n² blocks unreduced
+(p = n): the direct recursion of DESIGN §4, used to check the reduction.
+
+Layout of ``nngp`` and ``ntk``: (b1, b2, p, *S, q₀, p, *S) with S = (h, w) for feature
+maps and S = () for vectors; b1 × b2 image pairs (broadcast: cross pairs are (b1, b2),
+self pairs (i, i) are (N, 1)). The nonlinearities need the self-variances
+K_{f,f}((x, s), (x, s)) of both images: ``var1`` (b1, ·, p, *S) and ``var2`` (·, b2, q₀, p, *S),
+the latter rotated by each ρ_q. They are set by the network from the self-pair states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Raw images of the pairs: x1 (b1, 1, C, H, W) and x2 (1, b2, C, H, W) or (N, 1, ...) twice."""
+
+    x1: Tensor
+    x2: Tensor
+    orbit: int
+
+
+def rotate_sites(x: Tensor, steps: int, orbit: int, spatial_ndim: int) -> Tensor:
+    """Rotate the trailing spatial grid of ``x`` by ``steps`` orbit steps of 2π/orbit."""
+    if spatial_ndim == 0 or steps % orbit == 0:
+        return x
+    return torch.rot90(x, (4 // orbit) * steps, dims=(-2, -1))
+
+
+@dataclass(frozen=True)
+class KernelState:
+    """NNGP / NTK orbit blocks of one layer for b1 × b2 image pairs (see module docstring)."""
+
+    nngp: Tensor
+    ntk: Tensor | None
+    orbit: int
+    spatial: tuple[int, ...]
+    var1: Tensor | None = None
+    var2: Tensor | None = None
+
+    @property
+    def rotations(self) -> int:
+        """p: rotations per orbit block."""
+        return self.nngp.shape[2]
+
+    @property
+    def n(self) -> int:
+        """Order n = q₀·p of the rotation group of the features."""
+        return self.orbit * self.rotations
+
+    @property
+    def first_dims(self) -> tuple[int, ...]:
+        """Tensor dimensions of the first image's spatial grid."""
+        return tuple(range(3, 3 + len(self.spatial)))
+
+    @property
+    def second_dims(self) -> tuple[int, ...]:
+        """Tensor dimensions of the second image's spatial grid."""
+        start = 5 + len(self.spatial)
+        return tuple(range(start, start + len(self.spatial)))
+
+    def with_(self, **changes) -> "KernelState":
+        return replace(self, **changes)
+
+    def with_variances(self, var1: Tensor, var2: Tensor) -> "KernelState":
+        """Attach self-variances var1 (b1, ·, p, *S) and var2 (·, b2, p, *S) (unrotated)."""
+        d = len(self.spatial)
+        rotated = torch.stack([rotate_sites(var2, q, self.orbit, d) for q in range(self.orbit)], dim=2)
+        return replace(self, var1=var1, var2=rotated)
+
+    def variance_factors(self) -> tuple[Tensor, Tensor]:
+        """var1, var2 reshaped to broadcast against ``nngp``: K((x,s),(x,s)) and K((x',s'),(x',s'))."""
+        d = len(self.spatial)
+        v1 = self.var1.reshape(*self.var1.shape, *([1] * (2 + d)))
+        v2 = self.var2.reshape(*self.var2.shape[:2], *([1] * (1 + d)), *self.var2.shape[2:])
+        return v1, v2
+
+    def diagonal(self) -> Tensor:
+        """Self-variances (N, 1, p, *S) of a self-pair state (pairs (i, i) stored as (N, 1))."""
+        p, sites = self.rotations, self.spatial
+        size = p * int(torch.Size(sites).numel())
+        block = self.nngp.select(3 + len(sites), 0).reshape(self.nngp.shape[0], size, size)
+        return block.diagonal(dim1=1, dim2=2).reshape(self.nngp.shape[0], 1, p, *sites)

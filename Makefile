@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/molntk data qm9 --summary
+	$(VENV)/bin/molntk run configs/qm9_summary.yaml
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

@@ -1,9 +1,8 @@
-"""Shared helpers for the SO(3) engine tests: random inputs and empirical NTKs."""
+"""Shared helpers for the SO(3) engine tests: random inputs and rotated inputs."""
 
 from __future__ import annotations
 
 import torch
-from torch.func import functional_call, jacrev
 
 from molntk.kernels.so3.wigner import coeff_slices, wigner_blocks
 
@@ -27,11 +26,3 @@ def rotate_coefficients(x: torch.Tensor, R: torch.Tensor, band_limit: int) -> to
     for d, s in zip(blocks, coeff_slices(band_limit)):
         out[..., s] = x[..., s] @ d[0].T
     return out
-
-
-def empirical_ntk(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Θ̂(x_i, x_j) = Σ_θ ∂f(x_i)/∂θ · ∂f(x_j)/∂θ via torch.func.jacrev."""
-    params = {k: v.detach() for k, v in module.named_parameters()}
-    jac = jacrev(lambda p: functional_call(module, p, (x,)))(params)
-    flat = torch.cat([j.reshape(x.shape[0], -1) for j in jac.values()], dim=1)
-    return flat @ flat.T

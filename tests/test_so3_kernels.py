@@ -14,7 +14,8 @@ from e3nn import o3
 from molntk.kernels.activations import get_activation
 from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
 from molntk.kernels.so3.wigner import coeff_slices, wigner_blocks
-from so3_helpers import empirical_ntk, random_coefficients, rotate_coefficients
+from molntk.kernels.empirical import empirical_ntk, monte_carlo_nngp
+from so3_helpers import random_coefficients, rotate_coefficients
 
 FULL = serial(
     Lift(3, 1.0, 0.2), Nonlinearity("relu"), GroupConv(2, 1.0, 0.2), Nonlinearity("relu"), Pool(), Dense(1.0, 0.2)
@@ -143,6 +144,21 @@ def test_empirical_ntk_converges_to_exact_kernel_like_inverse_sqrt_width():
     assert medians[-1] < 0.12, medians
 
 
+def test_monte_carlo_nngp_of_full_network_matches_exact_nngp():
+    """Average of f(x) f(x') over 400 random width-256 networks = exact-mode NNGP.
+
+    Each entry must lie within 4 Monte Carlo standard errors plus the finite-width bias,
+    which is O(1/width) relative (bounded here by 3/width of the entry's scale).
+    """
+    x = random_coefficients(3, 3, 3, seed=8)
+    ctx = FULL.discretisation(SO3Grid(2), "exact")
+    exact = FULL.kernel(x, ctx=ctx, ntk=False).nngp
+    width = 256
+    mean, se = monte_carlo_nngp(lambda: FULL.finite(3, width, ctx), x, n_samples=400, seed=0)
+    bias = 3 / width * exact.abs().max()
+    assert ((mean - exact).abs() <= 4 * se + bias).all(), (mean, exact, se)
+
+
 @pytest.mark.parametrize("activation", ["relu", "erf"])
 def test_fast_mode_approaches_exact_mode_as_grid_refines(activation, record_property):
     """(c) ‖K_fast(B) − K_exact(B)‖/‖K_exact(B)‖ falls monotonically over B = 2, 3, 4, 5.
@@ -262,3 +278,35 @@ def test_cross_kernel_blocks_match_the_joint_kernel():
     cross = FULL.kernel(x[:3], x[3:], ctx=ctx)
     assert torch.allclose(cross.ntk, joint.ntk[:3, 3:], rtol=1e-13, atol=1e-13)
     assert torch.allclose(cross.nngp, joint.nngp[:3, 3:], rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_conv_then_pool_shortcut_equals_projection_then_mean(mode):
+    """GroupConv directly before Pool skips the synthesis; the result equals P_L followed by
+    the mean (layer by layer), and in exact mode the literal node-pair kernel."""
+    from molntk.kernels.so3.state import InputPair
+
+    net = serial(Lift(4, 1.0, 0.2), Nonlinearity("erf"), GroupConv(3, 1.1, 0.3), Nonlinearity("erf"), GroupConv(2, 0.9, 0.2), Pool(), Dense(1.0, 0.1))
+    x = random_coefficients(4, 2, 4, seed=7)
+    grid = SO3Grid(2)
+    ctx = net.discretisation(grid, mode)
+    fast_path = net.kernel(x, ctx=ctx)
+    state = InputPair(x, x, same=True)
+    for layer in net.layers:
+        state = layer.kernel(state, ctx, ntk=True)
+    assert torch.allclose(fast_path.ntk, state.ntk, rtol=1e-12, atol=1e-13)
+    assert torch.allclose(fast_path.nngp, state.nngp, rtol=1e-12, atol=1e-13)
+    if mode == "exact":
+        nngp, ntk = literal_node_pair_kernel(net.layers, x, grid)
+        assert torch.allclose(fast_path.ntk, ntk, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_float32_kernels_agree_with_float64(mode):
+    """float32 evaluation (GPU-friendly) stays within 1e-5 relative of float64 (~100 ε32)."""
+    net = serial(Lift(3, 1.0, 0.1), Nonlinearity("erf"), GroupConv(2, 1.0, 0.1), Nonlinearity("erf"), GroupConv(2), Pool(), Dense())
+    x = random_coefficients(6, 3, 3, seed=9)
+    k64 = net.kernel(x, ctx=net.discretisation(SO3Grid(3), mode)).ntk
+    k32 = net.kernel(x, ctx=net.discretisation(SO3Grid(3), mode, dtype=torch.float32)).ntk
+    assert k32.dtype == torch.float32
+    assert float((k32.double() - k64).abs().max() / k64.abs().max()) < 1e-5

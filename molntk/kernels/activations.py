@@ -45,10 +45,11 @@ def _erf_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
     F = (2/π) arcsin(2 k12 / √((1 + 2 k11)(1 + 2 k22))),
     Ḟ = (4/π) / √((1 + 2 k11)(1 + 2 k22) − 4 k12²).
     """
-    d = (1 + 2 * k11) * (1 + 2 * k22)
-    rho = torch.clamp(2 * k12 / torch.sqrt(d), -1 + _CLAMP, 1 - _CLAMP)
-    f = (2 / math.pi) * torch.arcsin(rho)
-    fdot = (4 / math.pi) / torch.sqrt(torch.clamp(d - 4 * k12 * k12, min=d * _CLAMP))
+    inv_sqrt_d = torch.rsqrt((1 + 2 * k11) * (1 + 2 * k22))  # broadcast shape, usually small
+    rho = torch.clamp_(k12 * (2 * inv_sqrt_d), -1 + _CLAMP, 1 - _CLAMP)
+    # Ḟ = (4/π) d^{-1/2} (1 − ρ²)^{-1/2}, written with ρ so that each big tensor is touched once per op
+    fdot = torch.rsqrt_(torch.clamp_(1 - rho * rho, min=_CLAMP)).mul_((4 / math.pi) * inv_sqrt_d)
+    f = torch.arcsin_(rho).mul_(2 / math.pi)
     return f, fdot
 
 

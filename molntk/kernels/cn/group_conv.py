@@ -29,7 +29,8 @@ from torch import Tensor, nn
 
 from molntk.kernels.cn.lifting import check_filter, pad_images
 from molntk.kernels.cn.rotations import filter_rotations
-from molntk.kernels.cn.spatial import check_padding, correlate_pairs, diagonal_box_sum, output_size, pad_pairs
+from molntk.kernels.cn.slabs import for_each_slab
+from molntk.kernels.cn.spatial import box_sum_, check_padding, correlate_into, output_size, pad_pairs
 from molntk.kernels.cn.state import KernelState, rotate_sites
 
 
@@ -64,40 +65,66 @@ class GroupConv:
         check_padding(self.padding)
 
     def kernel(self, state: KernelState) -> KernelState:
-        """(K̃, Θ̃) of the previous nonlinearity → (K', Θ') of this layer."""
+        """(K̃, Θ̃) of the previous nonlinearity → (K', Θ') of this layer (consumes ``state``)."""
         if len(state.spatial) != 2:
             raise ValueError("GroupConv needs feature maps; it cannot follow a pooling layer")
         if state.n != self.n:
             raise ValueError(f"GroupConv(n={self.n}) follows features with n = {state.n}")
         alpha = self.sigma_w**2 / (self.n * self.k**2) * state.orbit
-        nngp = self._propagate(state, state.nngp).mul_(alpha).add_(self.sigma_b**2)
-        ntk = None
-        if state.ntk is not None:
-            ntk = self._propagate(state, state.ntk).mul_(alpha).add_(nngp)
+        beta = self.sigma_b**2
+        tensors = [state.nngp] if state.ntk is None else [state.nngp, state.ntk]
+        if state.rotations == 1:
+            nngp, ntk = self._cnn_blocks(state, tensors, alpha, beta)
+        else:
+            nngp, ntk = self._mixed_blocks(state, tensors, alpha, beta)
         spatial = tuple(output_size(size, self.k, self.padding) for size in state.spatial)
         return KernelState(nngp=nngp, ntk=ntk, orbit=state.orbit, spatial=spatial)
 
-    def _propagate(self, state: KernelState, c: Tensor) -> Tensor:
-        """Σ_{τ<p} Σ_{u,u'} A_{s,s'}(u, u') c-blocks (without the factors α, q₀)."""
-        k, padding, orbit = self.k, self.padding, state.orbit
-        dims1, dims2 = state.first_dims, state.second_dims
-        p = state.rotations
-        if p == 1:
-            return diagonal_box_sum(pad_pairs(c, dims1, dims2, k, padding), dims1, dims2, k)
-        rotations = filter_rotations(self.n, k, dtype=c.dtype)[:p].to(c.device)
-        h, w = (output_size(size, k, padding) for size in state.spatial)
-        out = c.new_empty(*c.shape[:2], p, h, w, orbit, p, h, w)
-        inner1, inner2 = (2, 3), (4, 5)
+    def _cnn_blocks(self, state: KernelState, tensors: list[Tensor], alpha: float, beta: float):
+        """p = 1: every orbit block is a CNN layer, α Σ_u K̃(x + u, x' + u) + β, computed in place."""
+        grids = state.first_dims + state.second_dims
+        padded = [pad_pairs(c, grids, self.k, self.padding) for c in tensors]
+        results: list[Tensor] = []
+        k = self.k
+
+        def block(xp, nngp, ntk=None) -> None:
+            nngp = box_sum_(xp, nngp, k)
+            xp.multiply(nngp, alpha, out=nngp)
+            xp.add(nngp, beta, out=nngp)
+            if ntk is not None:
+                ntk = box_sum_(xp, ntk, k)
+                xp.multiply(ntk, alpha, out=ntk)
+                xp.add(ntk, nngp, out=ntk)
+
+        others = [d for d in range(padded[0].ndim) if d not in grids]
+        for_each_slab(block, padded, others)
+        for c in padded:
+            for d in grids:
+                c = c.narrow(d, 0, c.shape[d] - k + 1)
+            results.append(c)
+        return results[0], results[1] if len(results) > 1 else None
+
+    def _mixed_blocks(self, state: KernelState, tensors: list[Tensor], alpha: float, beta: float):
+        """p > 1: block [q][s][s'] = α A_{s,s'} ⋆ Σ_τ (rotated input blocks) + β."""
+        k, orbit, p = self.k, state.orbit, state.rotations
+        rotations = filter_rotations(self.n, k)[:p]
+        h, w = (output_size(size, k, self.padding) for size in state.spatial)
+        outs = [c.new_empty(*c.shape[:2], p, h, w, orbit, p, h, w) for c in tensors]
         for (s, s2), terms in block_sources(self.n, orbit).items():
             a = rotations[s] @ rotations[s2].T
+            taps = [(i, j, float(a[i, j])) for i, j in torch.nonzero(a).tolist()]
             for q in range(orbit):
-                block = sum(
-                    rotate_sites(c[:, :, sigma, :, :, (q - d) % orbit, sigma2], d, orbit, 2)
-                    for sigma, sigma2, d in terms
-                )
-                padded = pad_pairs(block, inner1, inner2, k, padding)
-                out[:, :, s, :, :, q, s2] = correlate_pairs(padded, a, inner1, inner2, k)
-        return out
+                for c, out in zip(tensors, outs):
+                    summed = sum(
+                        rotate_sites(c[:, :, sigma, :, :, (q - d) % orbit, sigma2], d, orbit, 2)
+                        for sigma, sigma2, d in terms
+                    )
+                    padded = pad_pairs(summed, (2, 3, 4, 5), k, self.padding)
+                    target = out[:, :, s, :, :, q, s2]
+                    for_each_slab(lambda xp, o, c_: correlate_into(xp, o, c_, taps, k), [target, padded], (0, 1))
+        nngp = outs[0].mul_(alpha).add_(beta)
+        ntk = outs[1].mul_(alpha).add_(nngp) if len(outs) > 1 else None
+        return nngp, ntk
 
     def module(self, shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype):
         """Finite twin: features (C, n, H, W) → (width, n, H', W')."""

@@ -11,6 +11,12 @@ Kernel rule on ψ(u): with M^l = Σ_k w_k ψ(u_k) D^l(u_k) (the engine's measure
 
     K'(u) = σ_w² · P_L[K](u) + σ_b²,       P_L[ψ](u) = Σ_{l<L} (2l+1) ⟨M^l, D^l(u)⟩,
     Θ'(u) = K'(u) + σ_w² · P_L[Θ](u).
+
+Followed directly by Pool, the projection needs no synthesis: the mean of P_L ψ over a
+measure that integrates every D^l, l < L, exactly is its l = 0 coefficient, the mean of
+ψ itself (for the grid measure and for the pair measure alike):
+
+    mean K' = σ_w² · mean K + σ_b²,    mean Θ' = mean K' + σ_w² · mean Θ.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from molntk.kernels.so3.context import Discretisation
-from molntk.kernels.so3.state import GroupKernel
+from molntk.kernels.so3.state import GroupKernel, PooledKernel
 
 
 def project(psi: Tensor, analysis: Tensor, synthesis: Tensor) -> Tensor:
@@ -50,6 +56,22 @@ class GroupConv:
         self2 = self1 if state.self2 is state.self1 else w2 * project(state.self2, analysis, synthesis) + b2
         theta = nngp + w2 * project(state.ntk, analysis, synthesis) if ntk and state.ntk is not None else None
         return GroupKernel(nngp=nngp, ntk=theta, self1=self1, self2=self2)
+
+    def pools_exactly(self, ctx: Discretisation) -> bool:
+        """Whether ``ctx``'s measure integrates every D^l, l < band_limit, exactly."""
+        return self.band_limit - 1 <= ctx.grid.exact_degree
+
+    def kernel_then_pool(self, state: GroupKernel, ctx: Discretisation, *, ntk: bool) -> PooledKernel:
+        """This layer followed by Pool, without the synthesis (valid when :meth:`pools_exactly`)."""
+        if not self.pools_exactly(ctx):
+            raise ValueError(f"{ctx.grid.describe()} does not integrate degree {self.band_limit - 1} exactly")
+        w = ctx.measure.mean_weights(ctx.dtype, ctx.device)
+        w2, b2 = self.sigma_w**2, self.sigma_b**2
+        nngp = w2 * (state.nngp @ w) + b2
+        self1 = w2 * (state.self1 @ w) + b2
+        self2 = self1 if state.self2 is state.self1 else w2 * (state.self2 @ w) + b2
+        theta = nngp + w2 * (state.ntk @ w) if ntk and state.ntk is not None else None
+        return PooledKernel(nngp=nngp, ntk=theta, self1=self1, self2=self2)
 
     def finite(self, in_width: int, width: int, ctx: Discretisation) -> nn.Module:
         return GroupConvModule(self, in_width, width, ctx)

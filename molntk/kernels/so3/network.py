@@ -70,8 +70,14 @@ class SO3Network:
         if x1.shape[1:] != x2.shape[1:]:
             raise ValueError(f"inputs differ in channels/coefficients: {tuple(x1.shape)} vs {tuple(x2.shape)}")
         state = InputPair(x1, x2, same=same)
-        for layer in self.layers:
-            state = layer.kernel(state, ctx, ntk=ntk)
+        layers = list(self.layers)
+        while layers:
+            layer = layers.pop(0)
+            if isinstance(layer, GroupConv) and layers and isinstance(layers[0], Pool) and layer.pools_exactly(ctx):
+                state = layer.kernel_then_pool(state, ctx, ntk=ntk)
+                layers.pop(0)
+            else:
+                state = layer.kernel(state, ctx, ntk=ntk)
         return state
 
     def finite(self, in_channels: int, width: int, ctx: Discretisation) -> nn.Module:

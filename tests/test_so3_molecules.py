@@ -59,6 +59,8 @@ def test_atom_index_pairing_equals_brute_force(molecules):
     for i in range(29):
         expected += NET.kernel(padded.coeffs[:, i], ctx=ctx).ntk
     assert torch.allclose(got, expected, rtol=RELU_RTOL, atol=RELU_RTOL)
+    cross = kern(padded_features(molecules[:3], CONFIG, n_atoms=29), padded_features(molecules[3:], CONFIG, n_atoms=29)).ntk
+    assert torch.allclose(cross, expected[:3, 3:], rtol=RELU_RTOL, atol=RELU_RTOL)
 
 
 def test_mean_reduction_divides_by_atom_counts(molecules):

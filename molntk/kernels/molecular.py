@@ -131,33 +131,63 @@ class MolecularKernel:
         return nngp, ntk
 
     def _atom_index(self, f1: PaddedFeatures, f2: PaddedFeatures | None, progress) -> tuple[Tensor, Tensor]:
+        """Σ_i k(env_i(M), env_i(M')) over the padded layout.
+
+        A padding atom has all-zero features, so its lifted kernel is the constant σ_b²
+        whatever its partner: k(0, x) depends on x only through x's own self-kernel.
+        Pairs with padding are therefore evaluated once per real environment (and once for
+        (0, 0)) and broadcast, instead of once per molecule pair.
+        """
         same = f2 is None
         f2 = f1 if same else f2
         if f1.coeffs.shape[1] != f2.coeffs.shape[1]:
             raise ValueError(f"padded layouts differ: {f1.coeffs.shape[1]} vs {f2.coeffs.shape[1]} atoms")
-        n_atoms = f1.coeffs.shape[1]
         dtype, device = self.ctx.dtype, self.ctx.device
         nngp = torch.zeros(f1.coeffs.shape[0], f2.coeffs.shape[0], dtype=dtype, device=device)
         ntk = torch.zeros_like(nngp)
-        rows = torch.arange(f1.coeffs.shape[0]).split(self.block_size)
-        cols = torch.arange(f2.coeffs.shape[0]).split(self.block_size)
-        total = n_atoms * len(rows) * len(cols)
-        done = 0
+        zero = torch.zeros_like(f1.coeffs[:1, 0])
+        n_atoms = f1.coeffs.shape[1]
         for atom in range(n_atoms):
-            for i, r in enumerate(rows):
-                for j, c in enumerate(cols):
-                    done += 1
-                    if same and self.symmetric_grid and j < i:
-                        continue
-                    diagonal = same and i == j
-                    k_nngp, k_ntk = self.env_kernel(f1.coeffs[r, atom], None if diagonal else f2.coeffs[c, atom])
-                    nngp[r[:, None], c[None, :]] += k_nngp
-                    ntk[r[:, None], c[None, :]] += k_ntk
-                    if same and self.symmetric_grid and j > i:
-                        nngp[c[:, None], r[None, :]] += k_nngp.T
-                        ntk[c[:, None], r[None, :]] += k_ntk.T
-                    if progress is not None:
-                        progress(done, total)
+            rows = torch.nonzero(f1.mask[:, atom]).flatten().to(device)
+            cols = rows if same else torch.nonzero(f2.mask[:, atom]).flatten().to(device)
+            pad_rows = torch.nonzero(~f1.mask[:, atom]).flatten().to(device)
+            pad_cols = pad_rows if same else torch.nonzero(~f2.mask[:, atom]).flatten().to(device)
+            x1, x2 = f1.coeffs[rows, atom], f2.coeffs[cols, atom]
+            for target, k in zip((nngp, ntk), self._dense_block(x1, None if same else x2)):
+                target[rows[:, None], cols[None, :]] += k
+            if len(pad_rows) or len(pad_cols):
+                zz = self.env_kernel(zero, None)
+                z_col = self.env_kernel(zero, x2) if len(cols) else None  # (1, |cols|)
+                x_z = self.env_kernel(x1, zero) if len(rows) else None  # (|rows|, 1)
+                for t, target in enumerate((nngp, ntk)):
+                    if len(pad_rows) and len(cols):
+                        target[pad_rows[:, None], cols[None, :]] += z_col[t]
+                    if len(rows) and len(pad_cols):
+                        target[rows[:, None], pad_cols[None, :]] += x_z[t]
+                    if len(pad_rows) and len(pad_cols):
+                        target[pad_rows[:, None], pad_cols[None, :]] += zz[t]
+            if progress is not None:
+                progress(atom + 1, n_atoms)
+        return nngp, ntk
+
+    def _dense_block(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Environment kernels between all rows of x1 and x2 (x2 None: x1 with itself), in
+        blocks of ``block_size``; symmetric calls compute blocks on/above the diagonal only."""
+        same = x2 is None
+        x2 = x1 if same else x2
+        nngp = torch.zeros(x1.shape[0], x2.shape[0], dtype=self.ctx.dtype, device=self.ctx.device)
+        ntk = torch.zeros_like(nngp)
+        starts1 = range(0, x1.shape[0], self.block_size)
+        starts2 = range(0, x2.shape[0], self.block_size)
+        for i, a in enumerate(starts1):
+            for j, b in enumerate(starts2):
+                if same and self.symmetric_grid and j < i:
+                    continue
+                sa, sb = slice(a, a + self.block_size), slice(b, b + self.block_size)
+                k_nngp, k_ntk = self.env_kernel(x1[sa], None if same and i == j else x2[sb])
+                nngp[sa, sb], ntk[sa, sb] = k_nngp, k_ntk
+                if same and self.symmetric_grid and j > i:
+                    nngp[sb, sa], ntk[sb, sa] = k_nngp.T, k_ntk.T
         return nngp, ntk
 
 

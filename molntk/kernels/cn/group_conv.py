@@ -72,7 +72,9 @@ class GroupConv:
             raise ValueError(f"GroupConv(n={self.n}) follows features with n = {state.n}")
         alpha = self.sigma_w**2 / (self.n * self.k**2) * state.orbit
         beta = self.sigma_b**2
-        tensors = [state.nngp] if state.ntk is None else [state.nngp, state.ntk]
+        tensors = [state.nngp]
+        if state.ntk is not None:
+            tensors.append(state.ntk.clone() if state.ntk is state.nngp else state.ntk)
         if state.rotations == 1:
             nngp, ntk = self._cnn_blocks(state, tensors, alpha, beta)
         else:

@@ -19,6 +19,7 @@ engine's symmetry reduction (:mod:`molntk.kernels.cn.state`) rests on this.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -56,21 +57,26 @@ def rotation_operator(h: int, w: int, angle: float, *, dtype: torch.dtype = torc
     return torch.as_tensor(out, dtype=dtype)
 
 
-def filter_rotations(n: int, k: int, *, dtype: torch.dtype = torch.float64) -> Tensor:
-    """I_r for r = 0..n−1 as an (n, k², k²) tensor: rotation of a k×k filter by 2πr/n.
-
-    With q = gcd(n, 4) and p = n/q, I_r for r = p·m + s is built as P^{(4/q)·m} I_s (P the
-    exact quarter turn, applied by ``rot90``), so that identity holds in floating point too.
-    """
+@lru_cache(maxsize=64)
+def _filter_rotations(n: int, k: int) -> Tensor:
     q = math.gcd(n, 4)
     p = n // q
-    base = [rotation_operator(k, k, 2 * math.pi * s / n, dtype=dtype) for s in range(p)]
+    base = [rotation_operator(k, k, 2 * math.pi * s / n) for s in range(p)]
     mats = []
     for r in range(n):
         m, s = divmod(r, p)
         cols = base[s].reshape(k, k, k * k)
         mats.append(torch.rot90(cols, (4 // q) * m, dims=(0, 1)).reshape(k * k, k * k))
     return torch.stack(mats)
+
+
+def filter_rotations(n: int, k: int, *, dtype: torch.dtype = torch.float64) -> Tensor:
+    """I_r for r = 0..n−1 as an (n, k², k²) tensor: rotation of a k×k filter by 2πr/n.
+
+    With q = gcd(n, 4) and p = n/q, I_r for r = p·m + s is built as P^{(4/q)·m} I_s (P the
+    exact quarter turn, applied by ``rot90``), so that identity holds in floating point too.
+    """
+    return _filter_rotations(n, k).to(dtype)
 
 
 def rotate_images(x: Tensor, angle: float) -> Tensor:

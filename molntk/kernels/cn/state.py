@@ -17,11 +17,13 @@ A state holds the q₀ p² blocks instead of n² (4× fewer for C4, exactly the 
 f against the four rotations of f'). ``orbit = 1`` keeps all n² blocks unreduced
 (p = n): the direct recursion of DESIGN §4, used to check the reduction.
 
-Layout of ``nngp`` and ``ntk``: (b1, b2, p, *S, q₀, p, *S) with S = (h, w) for feature
-maps and S = () for vectors; b1 × b2 image pairs (broadcast: cross pairs are (b1, b2),
-self pairs (i, i) are (N, 1)). The nonlinearities need the self-variances
-K_{f,f}((x, s), (x, s)) of both images: ``var1`` (b1, ·, p, *S) and ``var2`` (·, b2, q₀, p, *S),
-the latter rotated by each ρ_q. They are set by the network from the self-pair states.
+Layout of ``nngp`` and ``ntk``: (b1, b2, q₀, p, p, *G) with G = (h, h, w, w) for feature
+maps — the two grids interleaved, (x_i, x'_i, x_j, x'_j), so that the diagonal sums of
+convolutions run over contiguous memory — and G = () for vectors; b1 × b2 image pairs
+(broadcast: cross pairs are (b1, b2), self pairs (i, i) are stored as (N, 1)). The
+nonlinearities need the self-variances K_{f,f}((x, s), (x, s)) of both images: ``var1``
+(b1, ·, p, h, w) and ``var2`` (·, b2, q₀, p, h, w), the latter rotated by each ρ_q. They are
+set by the network from the self-pair states.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class KernelState:
     @property
     def rotations(self) -> int:
         """p: rotations per orbit block."""
-        return self.nngp.shape[2]
+        return self.nngp.shape[3]
 
     @property
     def n(self) -> int:
@@ -70,15 +72,9 @@ class KernelState:
         return self.orbit * self.rotations
 
     @property
-    def first_dims(self) -> tuple[int, ...]:
-        """Tensor dimensions of the first image's spatial grid."""
-        return tuple(range(3, 3 + len(self.spatial)))
-
-    @property
-    def second_dims(self) -> tuple[int, ...]:
-        """Tensor dimensions of the second image's spatial grid."""
-        start = 5 + len(self.spatial)
-        return tuple(range(start, start + len(self.spatial)))
+    def grid_dims(self) -> tuple[int, ...]:
+        """Tensor dimensions of the interleaved grids (x_i, x'_i, x_j, x'_j); () for vectors."""
+        return (5, 6, 7, 8) if self.spatial else ()
 
     def with_(self, **changes) -> "KernelState":
         return replace(self, **changes)
@@ -90,15 +86,20 @@ class KernelState:
         return replace(self, var1=var1, var2=rotated)
 
     def variance_factors(self) -> tuple[Tensor, Tensor]:
-        """var1, var2 reshaped to broadcast against ``nngp``: K((x,s),(x,s)) and K((x',s'),(x',s'))."""
-        d = len(self.spatial)
-        v1 = self.var1.reshape(*self.var1.shape, *([1] * (2 + d)))
-        v2 = self.var2.reshape(*self.var2.shape[:2], *([1] * (1 + d)), *self.var2.shape[2:])
+        """var1, var2 as views that broadcast against ``nngp``: K((x,s),(x,s)), K((x',s'),(x',s'))."""
+        v1, v2 = self.var1, self.var2
+        if not self.spatial:
+            return v1.reshape(*v1.shape[:2], 1, v1.shape[2], 1), v2.reshape(*v2.shape[:3], 1, v2.shape[3])
+        b, p, h, w = v1.shape[:2], *v1.shape[2:]
+        v1 = v1.reshape(*b, 1, p, 1, h, 1, w, 1)
+        v2 = v2.reshape(*v2.shape[:3], 1, p, 1, h, 1, w)
         return v1, v2
 
     def diagonal(self) -> Tensor:
         """Self-variances (N, 1, p, *S) of a self-pair state (pairs (i, i) stored as (N, 1))."""
-        p, sites = self.rotations, self.spatial
-        size = p * int(torch.Size(sites).numel())
-        block = self.nngp.select(3 + len(sites), 0).reshape(self.nngp.shape[0], size, size)
-        return block.diagonal(dim1=1, dim2=2).reshape(self.nngp.shape[0], 1, p, *sites)
+        n, p = self.nngp.shape[0], self.rotations
+        block = self.nngp[:, 0, 0]
+        if self.spatial:
+            h, w = self.spatial
+            block = block.permute(0, 1, 3, 5, 2, 4, 6).reshape(n, p * h * w, p * h * w)
+        return block.diagonal(dim1=-2, dim2=-1).reshape(n, 1, p, *self.spatial).clone()

@@ -34,7 +34,7 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results" / "so3_kernel.json"
 
 #: SO(3) grid band limit per configuration and mode (GL product grids, see SO3Grid).
-GRIDS = {("reference", "fast"): 4, ("reference", "exact"): 3, ("default", "fast"): 4, ("default", "exact"): 3}
+GRIDS = {("reference", "fast"): 4, ("reference", "exact"): 3, ("default", "fast"): 3, ("default", "exact"): 2}
 
 
 def build(config: str, mode: str, device: str):

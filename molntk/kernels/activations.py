@@ -30,12 +30,14 @@ def _relu_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
     F = √(k11 k22) / (2π) · (sin θ + (π − θ) cos θ),   Ḟ = (π − θ) / (2π),
     θ = arccos(k12 / √(k11 k22)).
     """
-    norm = torch.sqrt(k11 * k22)
-    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
-    cos = torch.clamp(k12 / safe, -1.0, 1.0)
+    norm = torch.sqrt(k11 * k22)  # broadcast shape of the variances, usually small
+    inv_norm = torch.where(norm > 0, 1 / torch.where(norm > 0, norm, torch.ones_like(norm)), torch.zeros_like(norm))
+    # a zero-variance input has k12 = 0: cos = 0, θ = π/2, F = 0, Ḟ = 1/4 (the limit)
+    cos = torch.clamp_(k12 * inv_norm, -1.0, 1.0)
     theta = torch.arccos(cos)
-    f = torch.where(norm > 0, norm / (2 * math.pi) * (torch.sin(theta) + (math.pi - theta) * cos), torch.zeros_like(norm))
-    fdot = torch.where(norm > 0, (math.pi - theta) / (2 * math.pi), torch.full_like(norm, 0.25))
+    fdot = (math.pi - theta).mul_(1 / (2 * math.pi))
+    sin = torch.sqrt_(torch.clamp_(1 - cos * cos, min=0.0))
+    f = sin.add_(cos.mul_(fdot).mul_(2 * math.pi)).mul_(norm / (2 * math.pi))
     return f, fdot
 
 

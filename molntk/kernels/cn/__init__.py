@@ -6,6 +6,17 @@ Layers (each with an infinite-width NNGP/NTK rule and a finite torch module):
 composed by :func:`serial`. Ready-made models: :func:`gcnn` (C_n GCNN; n = 1 is the
 CNN-GAP), :func:`cnn_gap`, :func:`cnn_flatten`, :func:`mlp`, and :func:`augmented`
 (orbit-averaged kernels).
+
+Paddings and exactness: "valid", "same" (zeros) and "circular" all commute with quarter
+turns of square images when k is odd, so for each of them the pooled C4 (and C8) kernels
+are exactly invariant under 90° rotations of either input, the orbit-block reduction of
+:mod:`molntk.kernels.cn.state` is exact, and the augmentation identity of
+:mod:`molntk.kernels.cn.models` holds to float precision for n ∈ {1, 2, 4}. Only circular
+padding makes the feature maps translation equivariant as well. Rotations by other
+angles (n = 3, 8, ...) are bilinear interpolations: the kernel rules use exactly the
+filter covariance I_r I_r'ᵀ of the finite networks, but pooled kernels are not invariant
+under those rotations of the input, and the identity with image-rotation augmentation
+does not hold.
 """
 
 from molntk.kernels.cn.dense import Dense

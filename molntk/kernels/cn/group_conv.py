@@ -29,8 +29,14 @@ from torch import Tensor, nn
 
 from molntk.kernels.cn.lifting import check_filter, pad_images
 from molntk.kernels.cn.rotations import filter_rotations
-from molntk.kernels.cn.slabs import for_each_slab
-from molntk.kernels.cn.spatial import box_sum_, check_padding, correlate_into, output_size, pad_pairs
+from molntk.kernels.cn.spatial import (
+    box_sum_into,
+    check_padding,
+    correlate_into,
+    output_size,
+    pad_pairs,
+    padded_shape,
+)
 from molntk.kernels.cn.state import KernelState, rotate_sites
 
 
@@ -82,48 +88,44 @@ class GroupConv:
         spatial = tuple(output_size(size, self.k, self.padding) for size in state.spatial)
         return KernelState(nngp=nngp, ntk=ntk, orbit=state.orbit, spatial=spatial)
 
+    def _padded(self, state: KernelState, c: Tensor, dims: tuple[int, ...], role: str) -> Tensor:
+        if self.padding == "valid":
+            return c
+        shape = padded_shape(tuple(c.shape), dims, self.k, self.padding)
+        return pad_pairs(c, dims, self.k, self.padding, state.empty(role, shape, zeros=True))
+
     def _cnn_blocks(self, state: KernelState, tensors: list[Tensor], alpha: float, beta: float):
-        """p = 1: every orbit block is a CNN layer, α Σ_u K̃(x + u, x' + u) + β, computed in place."""
-        grids = state.first_dims + state.second_dims
-        padded = [pad_pairs(c, grids, self.k, self.padding) for c in tensors]
-        results: list[Tensor] = []
-        k = self.k
-
-        def block(xp, nngp, ntk=None) -> None:
-            nngp = box_sum_(xp, nngp, k)
-            xp.multiply(nngp, alpha, out=nngp)
-            xp.add(nngp, beta, out=nngp)
-            if ntk is not None:
-                ntk = box_sum_(xp, ntk, k)
-                xp.multiply(ntk, alpha, out=ntk)
-                xp.add(ntk, nngp, out=ntk)
-
-        others = [d for d in range(padded[0].ndim) if d not in grids]
-        for_each_slab(block, padded, others)
-        for c in padded:
-            for d in grids:
-                c = c.narrow(d, 0, c.shape[d] - k + 1)
-            results.append(c)
-        return results[0], results[1] if len(results) > 1 else None
+        """p = 1: every orbit block is a CNN layer, α Σ_u K̃(x + u, x' + u) + β."""
+        h, w = (output_size(n, self.k, self.padding) for n in state.spatial)
+        outs = []
+        for j, c in enumerate(tensors):
+            padded = self._padded(state, c, state.grid_dims, f"pad{j}")
+            partial = state.empty(f"partial{j}", (*c.shape[:5], h, h, padded.shape[-2], padded.shape[-1]))
+            out = box_sum_into(state.empty(f"out{j}", (*c.shape[:5], h, h, w, w)), padded, self.k, partial)
+            out.mul_(alpha)
+            outs.append(out.add_(beta) if j == 0 else out.add_(outs[0]))  # Θ' = K' + α Σ Θ̃
+        return outs[0], outs[1] if len(outs) > 1 else None
 
     def _mixed_blocks(self, state: KernelState, tensors: list[Tensor], alpha: float, beta: float):
         """p > 1: block [q][s][s'] = α A_{s,s'} ⋆ Σ_τ (rotated input blocks) + β."""
         k, orbit, p = self.k, state.orbit, state.rotations
         rotations = filter_rotations(self.n, k)[:p]
         h, w = (output_size(size, k, self.padding) for size in state.spatial)
-        outs = [c.new_empty(*c.shape[:2], p, h, w, orbit, p, h, w) for c in tensors]
+        outs = [state.empty(f"out{j}", (*c.shape[:2], orbit, p, p, h, h, w, w)) for j, c in enumerate(tensors)]
         for (s, s2), terms in block_sources(self.n, orbit).items():
             a = rotations[s] @ rotations[s2].T
             taps = [(i, j, float(a[i, j])) for i, j in torch.nonzero(a).tolist()]
             for q in range(orbit):
-                for c, out in zip(tensors, outs):
-                    summed = sum(
-                        rotate_sites(c[:, :, sigma, :, :, (q - d) % orbit, sigma2], d, orbit, 2)
-                        for sigma, sigma2, d in terms
-                    )
-                    padded = pad_pairs(summed, (2, 3, 4, 5), k, self.padding)
-                    target = out[:, :, s, :, :, q, s2]
-                    for_each_slab(lambda xp, o, c_: correlate_into(xp, o, c_, taps, k), [target, padded], (0, 1))
+                for j, (c, out) in enumerate(zip(tensors, outs)):
+                    summed = state.empty(f"sum{j}", (*c.shape[:2], *c.shape[5:]))
+                    for n, (sigma, sigma2, d) in enumerate(terms):
+                        block = rotate_sites(c[:, :, (q - d) % orbit, sigma, sigma2], d, orbit, dims=(3, 5))
+                        if n == 0:
+                            summed.copy_(block)
+                        else:
+                            summed.add_(block)
+                    padded = self._padded(state, summed, (2, 3, 4, 5), f"pad{j}")
+                    correlate_into(out[:, :, q, s, s2], padded, taps, k)
         nngp = outs[0].mul_(alpha).add_(beta)
         ntk = outs[1].mul_(alpha).add_(nngp) if len(outs) > 1 else None
         return nngp, ntk

@@ -81,10 +81,13 @@ class Lifting:
         h, w = self.out_spatial(*x1.shape[-2:])
         rotations = filter_rotations(self.n, self.k, dtype=x1.dtype)[:p].to(x1.device)
         f1 = self._features(x1.flatten(0, 1), rotations).reshape(*x1.shape[:2], p * h * w, -1)
-        turned = torch.stack([rotate_sites(x2, q, orbit, 2) for q in range(orbit)], dim=2)
+        turned = torch.stack([rotate_sites(x2, q, orbit) for q in range(orbit)], dim=2)
         f2 = self._features(turned.flatten(0, 2), rotations)
         f2 = f2.reshape(*x2.shape[:2], orbit * p * h * w, -1).transpose(-1, -2)
-        k = torch.matmul(f1, f2).reshape(*pair_shape(x1, x2), p, h, w, orbit, p, h, w)
+        b1, b2 = pair_shape(x1, x2)
+        gram = torch.matmul(f1, f2, out=inputs.empty("gram", (b1, b2, p * h * w, orbit * p * h * w)))
+        gram = gram.reshape(b1, b2, p, h, w, orbit, p, h, w).permute(0, 1, 5, 2, 6, 3, 7, 4, 8)
+        k = inputs.empty("nngp", tuple(gram.shape)).copy_(gram)
         return KernelState(nngp=k, ntk=k if ntk else None, orbit=orbit, spatial=(h, w))
 
     def module(self, shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype):

@@ -103,8 +103,8 @@ class Augmented:
     """Orbit-averaged kernel K_aug(f, f') = (1/n) Σ_{g ∈ C_n} K(f, ρ(g) f') of a network.
 
     ρ(g) rotates images by 2πg/n: ``rot90`` for quarter turns, bilinear interpolation
-    (zero outside the image) otherwise, so K_aug is exact group averaging only for
-    n ∈ {1, 2, 4} on square images.
+    (zero outside the image) otherwise, so K_aug is exact group averaging (and a
+    symmetric kernel) only for n ∈ {1, 2, 4} on square images.
     """
 
     network: Network

@@ -29,7 +29,7 @@ from molntk.kernels.cn.lifting import Lifting
 from molntk.kernels.cn.nonlinearity import Activation
 from molntk.kernels.cn.pooling import Flatten, GlobalPool, RotationPool, SpatialPool
 from molntk.kernels.cn.spatial import output_size
-from molntk.kernels.cn.state import Inputs, KernelState
+from molntk.kernels.cn.state import Buffers, Inputs, KernelState
 
 Layer = Lifting | GroupConv | Activation | Dense | GlobalPool | SpatialPool | RotationPool | Flatten
 KINDS = ("nngp", "ntk")
@@ -89,6 +89,15 @@ class Network:
             return 1
         return math.gcd(self.n, 4 if h == w else 2)
 
+    def _check_size(self, h: int, w: int) -> None:
+        """InputError if (h, w) images shrink to nothing under the VALID convolutions."""
+        size = (h, w)
+        for layer in self.layers:
+            if isinstance(layer, (Lifting, GroupConv)):
+                size = tuple(output_size(n, layer.k, layer.padding) for n in size)
+                if min(size) < 1:
+                    raise InputError("x1", f"images of {h}×{w} pixels are too small for the network's convolutions")
+
     def _site_pairs(self, h: int, w: int, orbit: int) -> int:
         """Largest number of site-pair entries per image pair (right after lifting)."""
         first = self.layers[0]
@@ -96,12 +105,15 @@ class Network:
             return 1
         p = self.n // orbit
         sites = output_size(h, first.k, first.padding) * output_size(w, first.k, first.padding)
-        return orbit * p * p * max(sites, h * w) ** 2
+        return orbit * p * p * sites**2
 
     def _run(self, inputs: Inputs, ntk: bool, variances: Callable[[int, KernelState], KernelState]) -> KernelState:
         state = self.layers[0].kernel_inputs(inputs, ntk)
         for i, layer in enumerate(self.layers[1:], start=1):
-            state = layer.kernel(variances(i, state))
+            state = variances(i, state) if isinstance(layer, Activation) else state
+            state = layer.kernel(state.with_(buffers=inputs.buffers, layer=i))
+        if state.spatial or state.nngp.shape[2:] != (1, 1, 1):
+            raise ValueError("the network output is not one vector per image: end with a pooled Dense readout")
         return state
 
     def _self_variances(self, x: Tensor, orbit: int, chunk: int) -> list[Tensor]:
@@ -113,9 +125,10 @@ class Network:
             parts[i].append(diagonal[:, 0])
             return state.with_variances(diagonal, diagonal)
 
+        buffers = Buffers()
         for rows in _chunks(x.shape[0], chunk):
             images = x[rows, None]
-            self._run(Inputs(images, images, orbit), ntk=False, variances=record)
+            self._run(Inputs(images, images, orbit, buffers), ntk=False, variances=record)
         return [torch.cat(p) if p else x.new_empty(0) for p in parts]
 
     def kernel_fn(
@@ -130,8 +143,9 @@ class Network:
         """Infinite-width kernels between images x1 (N1, C, H, W) and x2 (N2, C, H, W).
 
         ``get`` a name ("nngp" or "ntk") returns that (N1, N2) tensor, a sequence returns a
-        dict. x2 = None means x2 = x1 (symmetric, each pair computed once). ``memory_mb``
-        bounds the working memory of one chunk of image pairs.
+        dict; on x1's device, in x1's dtype. x2 = None means x2 = x1 (symmetric, each pair
+        computed once). ``memory_mb`` bounds the working memory of one chunk of image pairs
+        (the buffers of all layers, reused from chunk to chunk).
         """
         kinds = _kinds(get)
         x1 = as_images(x1, "x1")
@@ -140,6 +154,7 @@ class Network:
         if x1.shape[1:] != x2.shape[1:]:
             raise InputError("x2", f"images of shape {tuple(x2.shape[1:])} do not match x1's {tuple(x1.shape[1:])}")
         h, w = x1.shape[-2:]
+        self._check_size(h, w)
         orbit = self.orbit(h, w, symmetry)
         per_pair = _LIVE_TENSORS * x1.element_size() * self._site_pairs(h, w, orbit)
         pairs = max(1, int(memory_mb * 2**20 // per_pair))
@@ -147,6 +162,7 @@ class Network:
         var2 = var1 if same else self._self_variances(x2, orbit, pairs)
         n1, n2 = x1.shape[0], x2.shape[0]
         out = {kind: x1.new_empty(n1, n2) for kind in kinds}
+        buffers = Buffers()
         cols = min(n2, pairs)
         rows = max(1, pairs // cols)
         if same:
@@ -159,14 +175,14 @@ class Network:
                 def attach(i: int, state: KernelState, r: slice = r, c: slice = c) -> KernelState:
                     return state.with_variances(var1[i][r, None], var2[i][None, c])
 
-                state = self._run(Inputs(x1[r, None], x2[None, c], orbit), "ntk" in kinds, attach)
-                if state.spatial or state.nngp.shape[2:] != (1, 1, 1):
-                    raise ValueError("the network output is not one vector per image: end with a pooled Dense readout")
+                state = self._run(Inputs(x1[r, None], x2[None, c], orbit, buffers), "ntk" in kinds, attach)
                 for kind in kinds:
                     block = getattr(state, kind).reshape(r.stop - r.start, c.stop - c.start)
                     out[kind][r, c] = block
                     if same:
                         out[kind][c, r] = block.T
+        if same:  # diagonal blocks computed (i, j) and (j, i) separately: equal up to rounding
+            out = {kind: (k + k.T) / 2 for kind, k in out.items()}
         return out[kinds[0]] if isinstance(get, str) else out
 
     def finite(

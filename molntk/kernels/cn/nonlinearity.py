@@ -28,22 +28,23 @@ def _inverse_sqrt(v: Tensor) -> Tensor:
     return torch.where(v > 0, v, torch.ones_like(v)).rsqrt() * (v > 0)
 
 
-def _relu_slab(xp, k, theta, r1, r2, g1, g2, out_theta=None) -> None:
+def _relu_slab(xp, k, theta, r1, r2, g1, g2, out_theta, cos, angle, scratch) -> None:
     """In place: k ← g1 g2 (sin ψ + (π − ψ) cos ψ), out_theta ← Θ (π − ψ)/(2π), cos ψ = k r1 r2.
 
     With r = v^{-1/2} and g1 g2 = √(v v')/(2π). π − ψ = π/2 + arcsin(cos ψ), and
     sin² ψ = (1 − cos ψ)(1 + cos ψ), which keeps full relative accuracy near cos ψ = 1.
-    ``theta`` may be ``k`` itself: it is read before ``k`` is overwritten.
+    ``theta`` may be ``k`` itself (read before ``k`` is overwritten); ``out_theta`` None
+    skips the NTK. ``cos``, ``angle``, ``scratch``: temporaries shaped like ``k``.
     """
-    cos = xp.multiply(k, r1)
+    xp.multiply(k, r1, out=cos)
     xp.multiply(cos, r2, out=cos)
     xp.clip(cos, -1.0, 1.0, out=cos)
-    angle = xp.arcsin(cos)
+    xp.arcsin(cos, out=angle)
     xp.add(angle, math.pi / 2, out=angle)
     if out_theta is not None:
         xp.multiply(theta, angle, out=out_theta)
         xp.multiply(out_theta, 1 / (2 * math.pi), out=out_theta)
-    scratch = xp.add(cos, 1.0)
+    xp.add(cos, 1.0, out=scratch)
     xp.multiply(cos, -1.0, out=k)
     xp.add(k, 1.0, out=k)
     xp.multiply(k, scratch, out=k)
@@ -54,15 +55,22 @@ def _relu_slab(xp, k, theta, r1, r2, g1, g2, out_theta=None) -> None:
     xp.multiply(k, g2, out=k)
 
 
-def relu_maps(k: Tensor, theta: Tensor | None, v1: Tensor, v2: Tensor) -> tuple[Tensor, Tensor | None]:
+def _relu_slab_without_ntk(xp, k, r1, r2, g1, g2, cos, angle, scratch) -> None:
+    _relu_slab(xp, k, k, r1, r2, g1, g2, None, cos, angle, scratch)
+
+
+def relu_maps(
+    k: Tensor, theta: Tensor | None, v1: Tensor, v2: Tensor, spare: Tensor | None = None
+) -> tuple[Tensor, Tensor | None]:
     """ReLU duals, in place: K̃ = √(v v')/(2π) (sin ψ + (π − ψ) cos ψ) into ``k``,
-    Θ̃ = Θ (π − ψ)/(2π) into ``theta`` (a new tensor if ``theta`` is ``k``), cos ψ = K/√(v v')."""
+    Θ̃ = Θ (π − ψ)/(2π) into ``theta`` — into ``spare`` (or a new tensor) if ``theta`` is ``k``
+    — with cos ψ = K/√(v v')."""
     factors = [_inverse_sqrt(v1), _inverse_sqrt(v2), v1.sqrt() / (2 * math.pi), v2.sqrt()]
     if theta is None:
-        for_each_slab(_relu_slab, [k, k, *factors], leading_dims(k.shape))
+        for_each_slab(_relu_slab_without_ntk, [k, *factors], leading_dims(k.shape), scratch=3)
         return k, None
-    out_theta = torch.empty_like(k) if theta is k else theta
-    for_each_slab(_relu_slab, [k, theta, *factors, out_theta], leading_dims(k.shape))
+    out_theta = (torch.empty_like(k) if spare is None else spare) if theta is k else theta
+    for_each_slab(_relu_slab, [k, theta, *factors, out_theta], leading_dims(k.shape), scratch=3)
     return k, out_theta
 
 
@@ -78,7 +86,8 @@ class Activation:
     def kernel(self, state: KernelState) -> KernelState:
         v1, v2 = state.variance_factors()
         if self.name == "relu":
-            nngp, ntk = relu_maps(state.nngp, state.ntk, v1, v2)
+            spare = state.empty("ntk", state.nngp.shape) if state.ntk is state.nngp else None
+            nngp, ntk = relu_maps(state.nngp, state.ntk, v1, v2, spare)
         else:
             nngp, derivative = get_activation(self.name).dual(state.nngp, v1, v2)
             ntk = None if state.ntk is None else state.ntk * derivative

@@ -50,7 +50,7 @@ class SpatialPool:
     """Average over space; keeps one vector per rotation."""
 
     def kernel(self, state: KernelState) -> KernelState:
-        dims = state.first_dims + state.second_dims
+        dims = state.grid_dims
 
         def pool(c: Tensor | None) -> Tensor | None:
             return None if c is None else c.mean(dim=dims)
@@ -84,13 +84,13 @@ class Flatten:
     """Concatenate all sites and channels into one vector."""
 
     def kernel(self, state: KernelState) -> KernelState:
-        sites = state.rotations * int(torch.Size(state.spatial).numel())
-
         def diagonal_mean(c: Tensor | None) -> Tensor | None:
             if c is None:
                 return None
-            block = c.select(3 + len(state.spatial), 0).reshape(*c.shape[:2], sites, sites)
-            return block.diagonal(dim1=2, dim2=3).mean(dim=-1).reshape(*c.shape[:2], 1, 1, 1)
+            c = c[:, :, 0].diagonal(dim1=2, dim2=3)  # s = s'
+            for _ in state.spatial:
+                c = c.diagonal(dim1=2, dim2=3)  # x_i = x'_i, then x_j = x'_j
+            return c.mean(dim=tuple(range(2, c.ndim))).reshape(*c.shape[:2], 1, 1, 1)
 
         return _vector_state(diagonal_mean(state.nngp), diagonal_mean(state.ntk), orbit=1)
 

@@ -8,8 +8,8 @@ Padding modes (odd filter size k, pad c = (k − 1)/2 on each side):
   "same"      zero padding: padded sites carry zero features, so zero covariance;
   "circular"  periodic padding: indices wrap on both grids.
 
-:func:`box_sum_` and :func:`correlate_into` act on one (H, W, H, W) covariance block and
-take an array namespace ``xp`` (numpy or torch, see :mod:`molntk.kernels.cn.slabs`).
+:func:`box_sum_into` and :func:`correlate_into` act on covariances whose last four
+dimensions are the interleaved grids (x_i, x'_i, x_j, x'_j) and write into given buffers.
 """
 
 from __future__ import annotations
@@ -32,61 +32,71 @@ def output_size(size: int, k: int, padding: str) -> int:
     return size - k + 1 if padding == "valid" else size
 
 
-def pad_pairs(c: Tensor, dims: tuple[int, ...], k: int, padding: str) -> Tensor:
-    """The covariance of the padded feature maps; ``dims`` index the grids of both images."""
+def padded_shape(shape: tuple[int, ...], dims: tuple[int, ...], k: int, padding: str) -> tuple[int, ...]:
+    """Shape of :func:`pad_pairs`' result."""
+    pad = 0 if padding == "valid" else (k - 1) // 2
+    return tuple(size + 2 * pad if d in dims else size for d, size in enumerate(shape))
+
+
+def pad_pairs(c: Tensor, dims: tuple[int, ...], k: int, padding: str, out: Tensor | None = None) -> Tensor:
+    """The covariance of the padded feature maps; ``dims`` index the grids of both images.
+
+    ``out`` (optional, shape :func:`padded_shape`) receives the result; for "same" its
+    border must already be zero.
+    """
     if padding == "valid":
         return c
     pad = (k - 1) // 2
-    if padding == "same":
-        shape = list(c.shape)
-        for d in dims:
-            shape[d] += 2 * pad
-        out = c.new_zeros(shape)
-        inner = out
-        for d in dims:
-            inner = inner.narrow(d, pad, c.shape[d])
-        inner.copy_(c)
-        return out
+    if out is None:
+        out = c.new_zeros(padded_shape(tuple(c.shape), dims, k, padding))
+    inner = out
     for d in dims:
-        index = torch.arange(-pad, c.shape[d] + pad, device=c.device) % c.shape[d]
-        c = c.index_select(d, index)
-    return c
+        inner = inner.narrow(d, pad, c.shape[d])
+    inner.copy_(c)
+    if padding == "circular":
+        for d in dims:
+            size = c.shape[d]
+            out.narrow(d, 0, pad).copy_(out.narrow(d, size, pad))
+            out.narrow(d, pad + size, pad).copy_(out.narrow(d, pad, pad))
+    return out
 
 
-def box_sum_(xp, c, k: int):
-    """In place on a padded block c (H, W, H, W): Σ_{u ∈ [0,k)²} c(x + u, x' + u) (A = identity).
+def box_sum_into(out: Tensor, c: Tensor, k: int, partial: Tensor) -> Tensor:
+    """out = Σ_{u ∈ [0,k)²} c(x + u, x' + u) (A = identity) on padded interleaved covariances.
 
-    Returns the leading (H−k+1, W−k+1, H−k+1, W−k+1) view of ``c``. Output row i only
-    reads rows i..i+k−1, so rows are overwritten in increasing order without a copy.
+    The last four dimensions of ``c`` are (x_i, x'_i, x_j, x'_j) of sizes (H, H, W, W);
+    ``out`` has (H−k+1, H−k+1, W−k+1, W−k+1) there and ``partial`` (H−k+1, H−k+1, W, W).
+    Separable: the sum along the i-diagonal into ``partial``, then along the j-diagonal.
     """
-    for axis in (0, 1):
-        length = c.shape[axis] - k + 1
-        for i in range(length):
-            dst = _pair_slice(c, axis, i, 0, length)
-            for a in range(1, k):
-                xp.add(dst, _pair_slice(c, axis, i + a, a, length), out=dst)
-        c = c[:length, :, :length] if axis == 0 else c[:, :length, :, :length]
-    return c
+    h, w = out.shape[-4], out.shape[-2]
+    rows = [c[..., a : a + h, a : a + h, :, :] for a in range(k)]
+    _sum_into(partial, rows)
+    _sum_into(out, [partial[..., b : b + w, b : b + w] for b in range(k)])
+    return out
 
 
-def _pair_slice(c, axis: int, row: int, start: int, length: int):
-    """c[row, :, start:start+length, :] along grid axis 0 (or the same on axis 1)."""
-    if axis == 0:
-        return c[row, :, start : start + length]
-    return c[:, row, :, start : start + length]
+def _sum_into(out: Tensor, terms: list[Tensor]) -> None:
+    if len(terms) == 1:
+        out.copy_(terms[0])
+        return
+    torch.add(terms[0], terms[1], out=out)
+    for term in terms[2:]:
+        out.add_(term)
 
 
-def correlate_into(xp, out, c, taps: list[tuple[int, int, float]], k: int) -> None:
-    """out (h, w, h, w) = Σ_{(i, j, a) ∈ taps} a · c(x + u_i, x' + u_j) on a padded block c.
+def correlate_into(out: Tensor, c: Tensor, taps: list[tuple[int, int, float]], k: int) -> Tensor:
+    """out = Σ_{(a, b, A) ∈ taps} A · c(x + u_a, x' + u_b) on padded interleaved covariances.
 
-    u_i is the row-major offset of index i in the k×k filter; ``taps`` lists the
-    nonzero entries A(u_i, u_j) = a.
+    Last four dimensions as in :func:`box_sum_into`; u_a is the row-major offset of index
+    a in the k×k filter, and ``taps`` lists the nonzero entries A(u_a, u_b) of the filter
+    covariance.
     """
-    h, w = out.shape[:2]
-    scratch = xp.empty_like(out)
-    for n, (i, j, a) in enumerate(taps):
-        (ui, uj), (vi, vj) = divmod(i, k), divmod(j, k)
-        view = c[ui : ui + h, uj : uj + w, vi : vi + h, vj : vj + w]
-        xp.multiply(view, a, out=out if n == 0 else scratch)
-        if n:
-            xp.add(out, scratch, out=out)
+    h, w = out.shape[-4], out.shape[-2]
+    for n, (a, b, weight) in enumerate(taps):
+        (ai, aj), (bi, bj) = divmod(a, k), divmod(b, k)
+        view = c[..., ai : ai + h, bi : bi + h, aj : aj + w, bj : bj + w]
+        if n == 0:
+            torch.mul(view, weight, out=out)
+        else:
+            out.add_(view, alpha=weight)
+    return out

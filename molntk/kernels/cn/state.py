@@ -34,6 +34,28 @@ import torch
 from torch import Tensor
 
 
+class Buffers:
+    """Large output tensors kept between chunks of image pairs, one per (layer, role).
+
+    Each chunk runs the same layers on tensors of the same shapes; reusing their memory
+    instead of allocating it anew saves the page faults of fresh allocations, which cost
+    as much as the arithmetic on them. A buffer is reused only by the same layer and role,
+    whose previous output is no longer alive by then.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[int, str], Tensor] = {}
+
+    def get(self, layer: int, role: str, shape: tuple[int, ...], like: Tensor, *, zeros: bool = False) -> Tensor:
+        """An uninitialised (``zeros``: zero when new) tensor of ``shape`` with ``like``'s dtype/device."""
+        key = (layer, role)
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape != shape or buf.dtype != like.dtype or buf.device != like.device:
+            buf = like.new_zeros(shape) if zeros else like.new_empty(shape)
+            self._buffers[key] = buf
+        return buf
+
+
 @dataclass(frozen=True)
 class Inputs:
     """Raw images of the pairs: x1 (b1, 1, C, H, W) and x2 (1, b2, C, H, W) or (N, 1, ...) twice."""
@@ -41,13 +63,20 @@ class Inputs:
     x1: Tensor
     x2: Tensor
     orbit: int
+    buffers: Buffers | None = None
+
+    def empty(self, role: str, shape: tuple[int, ...]) -> Tensor:
+        """An output tensor for the first layer (from ``buffers`` when set)."""
+        if self.buffers is None:
+            return self.x1.new_empty(shape)
+        return self.buffers.get(0, role, shape, self.x1)
 
 
-def rotate_sites(x: Tensor, steps: int, orbit: int, spatial_ndim: int) -> Tensor:
-    """Rotate the trailing spatial grid of ``x`` by ``steps`` orbit steps of 2π/orbit."""
-    if spatial_ndim == 0 or steps % orbit == 0:
+def rotate_sites(x: Tensor, steps: int, orbit: int, dims: tuple[int, int] | None = (-2, -1)) -> Tensor:
+    """Rotate the grid (dimensions ``dims``; None: no grid) of ``x`` by ``steps`` × 2π/orbit."""
+    if dims is None or steps % orbit == 0:
         return x
-    return torch.rot90(x, (4 // orbit) * steps, dims=(-2, -1))
+    return torch.rot90(x, (4 // orbit) * steps, dims=dims)
 
 
 @dataclass(frozen=True)
@@ -60,6 +89,18 @@ class KernelState:
     spatial: tuple[int, ...]
     var1: Tensor | None = None
     var2: Tensor | None = None
+    buffers: Buffers | None = None
+    layer: int = 0
+
+    def empty(self, role: str, shape: tuple[int, ...], *, zeros: bool = False) -> Tensor:
+        """An output tensor of the layer applied to this state (reused from ``buffers`` when set).
+
+        ``zeros``: zero-filled when newly made (a reused one keeps what the same layer and
+        role last wrote, e.g. the zero border of a padded copy).
+        """
+        if self.buffers is None:
+            return self.nngp.new_zeros(shape) if zeros else self.nngp.new_empty(shape)
+        return self.buffers.get(self.layer, role, tuple(shape), self.nngp, zeros=zeros)
 
     @property
     def rotations(self) -> int:
@@ -81,8 +122,8 @@ class KernelState:
 
     def with_variances(self, var1: Tensor, var2: Tensor) -> "KernelState":
         """Attach self-variances var1 (b1, ·, p, *S) and var2 (·, b2, p, *S) (unrotated)."""
-        d = len(self.spatial)
-        rotated = torch.stack([rotate_sites(var2, q, self.orbit, d) for q in range(self.orbit)], dim=2)
+        dims = (-2, -1) if self.spatial else None
+        rotated = torch.stack([rotate_sites(var2, q, self.orbit, dims) for q in range(self.orbit)], dim=2)
         return replace(self, var1=var1, var2=rotated)
 
     def variance_factors(self) -> tuple[Tensor, Tensor]:

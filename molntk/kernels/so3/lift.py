@@ -27,9 +27,17 @@ from molntk.kernels.so3.wigner import coeff_slices
 
 
 def lift_moments(a: Tensor, b: Tensor, band_limit: int) -> Tensor:
-    """M^l_{ij,mm'} = Σ_c a[i,c,(l,m)] b[j,c,(l,m')], flattened over l<L: shape (n1, n2, L3)."""
+    """M^l_{ij,mm'} = Σ_c a[i,c,(l,m)] b[j,c,(l,m')], flattened over l<L: shape (n1, n2, L3).
+
+    One GEMM per l over the channel axis, (n1·(2l+1), C) @ (C, n2·(2l+1)).
+    """
     n1, n2 = a.shape[0], b.shape[0]
-    parts = [torch.einsum("icm,jcn->ijmn", a[..., s], b[..., s]).reshape(n1, n2, -1) for s in coeff_slices(band_limit)]
+    parts = []
+    for s in coeff_slices(band_limit):
+        width = s.stop - s.start
+        left = a[..., s].transpose(1, 2).reshape(n1 * width, a.shape[1])
+        right = b[..., s].permute(1, 0, 2).reshape(b.shape[1], n2 * width)
+        parts.append((left @ right).reshape(n1, width, n2, width).permute(0, 2, 1, 3).reshape(n1, n2, width * width))
     return torch.cat(parts, dim=-1)
 
 

@@ -1,0 +1,139 @@
+"""Local baselines on descriptors from optional packages: SOAP (DScribe) and FCHL19 (qmllib).
+
+Both packages are imported only when a descriptor is computed; without them a clear
+ImportError names what to install (``pip install "molntk[baselines]"``). The descriptors
+are per-atom vectors; the molecular kernels are the element-resolved pair sums of
+:mod:`molntk.baselines.assembly`:
+
+- :class:`DScribeSOAPKernel`: DScribe's SOAP power spectrum p_a (GTO radial basis,
+  ``n_max``, ``l_max``, Gaussian atom width ``sigma`` in Å, cutoff ``r_cut`` in Å), kernel
+  Σ_a Σ_b [Z_a = Z_b] (p̂_a · p̂_b)^ζ with p̂ = p/‖p‖, as :mod:`.power_spectrum`;
+- :class:`FCHL19Kernel`: qmllib's FCHL19 representation x_a (its default hyperparameters,
+  overridable through ``options``), Gaussian kernel Σ_a Σ_b [Z_a = Z_b] exp(−‖x_a − x_b‖² / (2σ²))
+  — qmllib's ``get_local_kernel``, the standard FCHL19 kernel-ridge model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType, ModuleType
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from molntk.baselines.assembly import AtomDescriptors, KernelInput, LocalKernel, check_options
+from molntk.baselines.power_spectrum import normalise, normalised_dot_power
+from molntk.data.molecule import Molecule
+from molntk.features.environments import QM9_ELEMENTS
+
+
+def require(module: str, package: str, what: str) -> ModuleType:
+    """Import ``module`` or raise an ImportError saying how to install ``package``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(
+            f"{what} needs the optional package {package!r}, which is not installed: "
+            f'pip install "molntk[baselines]" (or: pip install {package})'
+        ) from err
+
+
+def _bookkeeping(molecules: list[Molecule], values: np.ndarray) -> AtomDescriptors:
+    n_atoms = [m.n_atoms for m in molecules]
+    numbers = np.concatenate([m.numbers for m in molecules]) if molecules else np.zeros(0, np.int64)
+    return AtomDescriptors(
+        values=torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64)),
+        centre_numbers=torch.from_numpy(numbers),
+        molecule_index=torch.from_numpy(np.repeat(np.arange(len(molecules)), n_atoms)),
+        n_molecules=len(molecules),
+    )
+
+
+def _as_list(molecules: Molecule | Sequence[Molecule]) -> list[Molecule]:
+    return [molecules] if isinstance(molecules, Molecule) else list(molecules)
+
+
+@dataclass(frozen=True)
+class DScribeSOAPKernel(LocalKernel):
+    """SOAP (DScribe) per atom, normalised, (p̂ · p̂')^ζ, element-resolved pair sum."""
+
+    elements: tuple[int, ...] = QM9_ELEMENTS
+    r_cut: float = 5.0
+    n_max: int = 6
+    l_max: int = 4
+    sigma: float = 0.5
+    zeta: int = 2
+    n_jobs: int = 1
+    pairing: str = "element"
+    reduce: str = "sum"
+    block_size: int = 1024
+    name: ClassVar[str] = "soap-dscribe"
+
+    def __post_init__(self) -> None:
+        check_options(self.pairing, self.reduce, self.block_size)
+
+    def features(self, molecules: Molecule | Sequence[Molecule]) -> AtomDescriptors:
+        """Normalised SOAP vectors of every atom (DScribe imported here)."""
+        descriptors = require("dscribe.descriptors", "dscribe", "the SOAP baseline")
+        from ase import Atoms
+
+        molecules = _as_list(molecules)
+        for m in molecules:
+            m.check_elements(self.elements)
+        soap = descriptors.SOAP(
+            species=list(self.elements), r_cut=self.r_cut, n_max=self.n_max, l_max=self.l_max,
+            sigma=self.sigma, periodic=False, dtype="float64",
+        )
+        width = soap.get_number_of_features()
+        atoms = [Atoms(numbers=m.numbers, positions=m.positions) for m in molecules]
+        out = soap.create(atoms, n_jobs=self.n_jobs) if atoms else []
+        parts = [np.asarray(o).reshape(-1, width) for o in (out if isinstance(out, list) else [out])]
+        values = np.concatenate(parts) if parts else np.zeros((0, width))
+        return _bookkeeping(molecules, normalise(torch.from_numpy(values)).numpy())
+
+    def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor]:
+        return (normalised_dot_power(x1, x2, self.zeta),)
+
+    def __call__(self, a: KernelInput, b: KernelInput | None = None) -> Tensor:
+        return self.kernels(a, b)[0]
+
+
+@dataclass(frozen=True)
+class FCHL19Kernel(LocalKernel):
+    """FCHL19 (qmllib) per atom, Gaussian kernel of width ``sigma``, element-resolved pair sum."""
+
+    sigma: float = 2.0
+    elements: tuple[int, ...] = QM9_ELEMENTS
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    pairing: str = "element"
+    reduce: str = "sum"
+    block_size: int = 1024
+    name: ClassVar[str] = "fchl19"
+
+    def __post_init__(self) -> None:
+        check_options(self.pairing, self.reduce, self.block_size)
+        if not self.sigma > 0:
+            raise ValueError(f"sigma must be > 0, got {self.sigma}")
+
+    def features(self, molecules: Molecule | Sequence[Molecule]) -> AtomDescriptors:
+        """FCHL19 vectors of every atom (qmllib imported here; one call per molecule)."""
+        representations = require("qmllib.representations", "qmllib", "the FCHL19 baseline")
+        molecules = _as_list(molecules)
+        for m in molecules:
+            m.check_elements(self.elements)
+        reps = [
+            representations.generate_fchl19(m.numbers, m.positions, elements=list(self.elements), **dict(self.options))
+            for m in molecules
+        ]
+        return _bookkeeping(molecules, np.concatenate(reps) if reps else np.zeros((0, 0)))
+
+    def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor]:
+        d = torch.cdist(x1, x1 if x2 is None else x2, compute_mode="donot_use_mm_for_euclid_dist")
+        return (torch.exp(-(d * d) / (2 * self.sigma**2)),)
+
+    def __call__(self, a: KernelInput, b: KernelInput | None = None) -> Tensor:
+        return self.kernels(a, b)[0]

@@ -1,0 +1,104 @@
+"""Dressed-atom baseline: a per-element linear model of an extensive molecular property.
+
+With n_e(M) the number of atoms of element e in molecule M,
+
+    y(M) ≈ Σ_e n_e(M) w_e  (+ b with ``intercept=True``).
+
+The weights solve the ridge problem min ‖C w - y‖² + λ ‖w‖² (C the (N, E) count matrix,
+centred together with y when there is an intercept, which is not penalised) with a tiny
+λ = ``ridge`` · mean(diag CᵀC): it only removes the indeterminacy of element columns that
+are absent or collinear (λ → 0 gives the minimum-norm least-squares solution). It is solved
+as the least-squares problem [C; √λ I] w ≈ [y; 0] (no normal equations, so no squared
+condition number). Kernels then learn the residual y - ŷ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from molntk.data.molecule import Molecule, element_number, element_symbol
+from molntk.errors import InputError
+from molntk.regression import _inputs
+
+
+class HasNumbers(Protocol):
+    """Anything with atomic numbers: :class:`~molntk.data.Molecule`, ``ase.Atoms``."""
+
+    @property
+    def numbers(self) -> np.ndarray: ...
+
+
+def element_counts(molecules: Iterable[HasNumbers], elements: Sequence[int | str]) -> np.ndarray:
+    """Count matrix C (N, E): C[i, j] = number of atoms of ``elements[j]`` in molecule i.
+
+    ``molecules`` have ``.numbers`` (atomic numbers: :class:`~molntk.data.Molecule`, ``ase.Atoms``);
+    ``elements`` are atomic numbers or symbols. An atom of an element not listed is an
+    :class:`InputError` naming the molecule.
+    """
+    zs = [element_number(e, source="elements") if isinstance(e, str) else int(e) for e in elements]
+    symbols = [element_symbol(z) for z in zs]
+    if len(set(zs)) != len(zs) or not zs:
+        raise InputError("elements", f"must be a non-empty list of distinct elements, got {list(elements)}")
+    column = {z: j for j, z in enumerate(zs)}
+    rows = []
+    for i, molecule in enumerate(molecules):
+        numbers = np.asarray(molecule.numbers, dtype=np.int64)
+        unknown = sorted(set(numbers.tolist()) - column.keys())
+        if unknown:
+            name = molecule.describe() if isinstance(molecule, Molecule) else f"molecules[{i}]"
+            raise InputError(name, f"has element(s) {[element_symbol(z) for z in unknown]} not in elements {symbols}")
+        rows.append(np.bincount([column[z] for z in numbers.tolist()], minlength=len(zs)))
+    return np.array(rows, dtype=np.int64).reshape(-1, len(zs))
+
+
+class DressedAtomModel:
+    """Per-element linear model y ≈ C w (+ b). After ``fit``: ``coef_`` (E,) or (E, k) and
+    ``intercept_`` (0-d or (k,); zero without ``intercept``), shaped like the targets."""
+
+    def __init__(self, *, intercept: bool = False, ridge: float = 1e-12) -> None:
+        self.intercept = bool(intercept)
+        self.ridge = _inputs.nonnegative(ridge, "ridge")
+        self.coef_: np.ndarray | None = None
+        self.intercept_: np.ndarray | None = None
+
+    def _counts(self, counts: object, *, rows: int | None = None) -> np.ndarray:
+        array = _inputs.matrix(counts, "counts", rows=rows)
+        if (array < 0).any():
+            raise InputError("counts", "element counts must be ≥ 0")
+        if self.coef_ is not None and array.shape[1] != self.coef_.shape[0]:
+            raise InputError("counts", f"must have {self.coef_.shape[0]} element columns, got shape {array.shape}")
+        return array
+
+    def fit(self, counts: object, y: object) -> DressedAtomModel:
+        """Least-squares (tiny ridge) fit of y ((N,) or (N, k)) on counts (N, E)."""
+        self.coef_ = self.intercept_ = None
+        C = self._counts(counts)
+        Y, was_1d = _inputs.targets(y, "y", rows=C.shape[0])
+        c_mean = C.mean(axis=0) if self.intercept else np.zeros(C.shape[1])
+        y_mean = Y.mean(axis=0) if self.intercept else np.zeros(Y.shape[1])
+        Cc, Yc = C - c_mean, Y - y_mean
+        lam = self.ridge * float(np.mean(Cc**2)) * C.shape[0]
+        design = np.vstack([Cc, np.sqrt(lam) * np.eye(C.shape[1])])
+        rhs = np.vstack([Yc, np.zeros((C.shape[1], Y.shape[1]))])
+        coef = np.linalg.lstsq(design, rhs, rcond=None)[0]
+        intercept = y_mean - c_mean @ coef
+        self.coef_ = coef[:, 0] if was_1d else coef
+        self.intercept_ = np.asarray(intercept[0]) if was_1d else intercept
+        return self
+
+    def predict(self, counts: object) -> np.ndarray:
+        """ŷ = C w + b, shaped (N,) or (N, k) like the fitted targets."""
+        if self.coef_ is None or self.intercept_ is None:
+            raise InputError("DressedAtomModel", "predict called before fit")
+        return self._counts(counts) @ self.coef_ + self.intercept_
+
+    def residual(self, counts: object, y: object) -> np.ndarray:
+        """y - ŷ: what a kernel model learns on top of the dressed atoms."""
+        prediction = self.predict(counts)
+        target = _inputs.as_float64(y, "y")
+        if target.shape != prediction.shape:
+            raise InputError("y", f"must have shape {prediction.shape} like the prediction, got {target.shape}")
+        return target - prediction

@@ -31,3 +31,15 @@ def molntk_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 def qm9(molntk_cache_dir: Path) -> QM9:
     """All of QM9 (qm9pack), through the session's cache."""
     return load_qm9()
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Run a test with one torch thread: its tensors are tiny, so OpenMP start-up would
+    dominate (and two xdist workers would oversubscribe the cores); restored afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -22,12 +22,7 @@ from molntk.kernels.cn import cnn_flatten, cnn_gap, gcnn, mlp
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def empirical_ntk(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:

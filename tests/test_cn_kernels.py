@@ -42,13 +42,7 @@ from molntk.kernels.cn.nonlinearity import _relu_slab
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: OpenMP thread start-up would dominate (and oversubscribe under xdist)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def images(n: int, size: int = 7, channels: int = 2, seed: int = 0) -> torch.Tensor:

@@ -23,13 +23,7 @@ from molntk.kernels.cn.state import Inputs, KernelState
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: OpenMP thread start-up would dominate (and oversubscribe under xdist)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def finite_covariance(module, x):

@@ -73,8 +73,10 @@ def test_exact_mode_equals_literal_node_pair_kernel(sampling, activation):
     """Exact mode (pair measure) = the discretised network's kernel on node pairs, to rounding.
 
     ReLU's Ḟ = (π − arccos ρ)/2π has infinite slope at ρ = 1, which the self-pairs u = e
-    reach: a rounding difference δρ ~ 1e-16 moves arccos by √(2δρ) ~ 1e-8 there, so the
-    ReLU NTK agrees to ~1e-9 relative; everything else to 1e-12.
+    reach: the two computations sum in different orders, so ρ differs by a few ulps,
+    δρ ≤ 8·2⁻⁵³ ≈ 9e-16, which moves arccos by √(2δρ) ≈ 4e-8 and Ḟ by ≈ 7e-9; with Ḟ ≥ 1/4
+    on these pairs that is ≤ 3e-8 relative (measured: 6e-9). So the ReLU NTK is checked to
+    5e-8 relative; everything else to 1e-12.
     """
     net = serial(
         Lift(3, 1.1, 0.3), Nonlinearity(activation), GroupConv(3, 0.9, 0.2), Nonlinearity(activation),
@@ -85,7 +87,7 @@ def test_exact_mode_equals_literal_node_pair_kernel(sampling, activation):
     got = net.kernel(x, ctx=net.discretisation(grid, "exact"))
     nngp, ntk = literal_node_pair_kernel(net.layers, x, grid)
     assert torch.allclose(got.nngp, nngp, rtol=1e-12, atol=1e-13)
-    rtol = 1e-9 if activation == "relu" else 1e-12
+    rtol = 5e-8 if activation == "relu" else 1e-12
     assert torch.allclose(got.ntk, ntk, rtol=rtol, atol=rtol)
 
 

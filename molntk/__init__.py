@@ -9,4 +9,13 @@ from molntk._version import __version__
 from molntk.data.molecule import Molecule
 from molntk.errors import ConfigError, InputError, MolntkError
 
-__all__ = ["__version__", "Molecule", "InputError", "ConfigError", "MolntkError"]
+__all__ = ["__version__", "Molecule", "InputError", "ConfigError", "MolntkError", "SO3NTKRegressor"]
+
+
+def __getattr__(name: str):
+    """``molntk.SO3NTKRegressor``, imported on first use (it pulls in torch and scikit-learn)."""
+    if name == "SO3NTKRegressor":
+        from molntk.regression.so3_regressor import SO3NTKRegressor
+
+        return SO3NTKRegressor
+    raise AttributeError(f"module 'molntk' has no attribute {name!r}")

@@ -10,7 +10,9 @@ with ρ(R) f̂^l = D^l(R) f̂^l (e3nn Wigner matrices) and rotations R_k with we
 
 - ``RotationSet.random(n, seed)``: n Haar-random rotations, each used together with its
   inverse (2n rotations, weights 1/(2n)); the Monte Carlo error falls like n^(-1/2);
-- ``RotationSet.grid(SO3Grid(B))``: the nodes and weights of an SO(3) quadrature grid.
+- ``RotationSet.grid(SO3Grid(B))``: the nodes and weights of an SO(3) quadrature grid;
+- ``RotationSet.differences(base)``: all g⁻¹h for g, h in ``base``, which makes the
+  average the NTK of the symmetrised network Σ_g w_g N(ρ(g) x) (PSD for any base set).
 
 Because ρ(R) is orthogonal, K_MLP(f, ρ(R) f') depends on R only through the first-layer
 kernel σ_w²/C ⟨f, ρ(R) f'⟩ + σ_b² = σ_w²/C Σ_l ⟨M^l, D^l(R)⟩ + σ_b² with
@@ -21,8 +23,8 @@ tends to the continuum (Haar-averaged) GCNN kernel as the rotation set refines.
 
 The kernel is symmetric, K_aug(f, f') = K_aug(f', f), when the set is closed under
 inversion with equal weights (random sets by construction; Gauss–Legendre grids). It is
-positive semi-definite for a group orbit and for the Haar mean, but not exactly for a
-finite random set (its Monte Carlo error need not be PSD).
+positive semi-definite for a group orbit, for the Haar mean and for a ``differences``
+set, but not exactly for a finite random set (its Monte Carlo error need not be PSD).
 """
 
 from __future__ import annotations
@@ -74,6 +76,29 @@ class RotationSet:
         a, b, g = (torch.from_numpy(t) for t in angles)
         weights = torch.full((2 * n,), 1.0 / (2 * n), dtype=torch.float64)
         return cls(a, b, g, weights, True, f"{n} random rotations (seed {seed}) and their inverses")
+
+    @classmethod
+    def differences(cls, base: RotationSet) -> RotationSet:
+        """The law of g⁻¹h for g, h drawn independently from ``base``: rotations R_iᵀ R_j with
+        weights w_i w_j (the identities of i = j merged into one).
+
+        The orbit average over this set is Σ_ij w_i w_j K(ρ(g_i) f, ρ(g_j) f'), the kernel of
+        the symmetrised network x ↦ Σ_i w_i N(ρ(g_i) x): positive semi-definite for any
+        base set, unlike the one-sided average over a finite random set. Closed under inversion.
+        """
+        with _float64_default():
+            mats = o3.angles_to_matrix(base.alpha, base.beta, base.gamma)
+            n = mats.shape[0]
+            off = ~torch.eye(n, dtype=torch.bool)
+            prod = torch.einsum("iba,jbc->ijac", mats, mats)[off]
+            weights = (base.weights[:, None] * base.weights[None, :])[off]
+            alpha, beta, gamma = o3.matrix_to_angles(prod)
+        zero = torch.zeros(1, dtype=torch.float64)
+        identity_weight = (base.weights**2).sum().reshape(1)
+        return cls(
+            torch.cat([zero, alpha]), torch.cat([zero, beta]), torch.cat([zero, gamma]),
+            torch.cat([identity_weight, weights]), True, f"pairwise differences g⁻¹h of {base.description}",
+        )
 
     @classmethod
     def grid(cls, grid: SO3Grid) -> RotationSet:

@@ -147,6 +147,46 @@ class KernelRegressor:
         }
         return self
 
+    def fitted_arrays(self) -> dict[str, np.ndarray]:
+        """The fitted state as plain float64 arrays (for model files that must not unpickle code):
+        ``weights``, ``eig_values``, ``eig_vectors``, ``target_mean``, ``target_scale``,
+        ``reg`` and ``was_1d`` (0-d), and ``nngp_rotated`` when NTK-GP variances were prepared."""
+        fitted = self._fitted
+        if fitted is None:
+            raise InputError("KernelRegressor", "fitted_arrays called before fit")
+        arrays = {
+            "weights": fitted.weights,
+            "eig_values": fitted.eig.values,
+            "eig_vectors": fitted.eig.vectors,
+            "eig_mean_diag": np.asarray(fitted.eig.mean_diag),
+            "target_mean": fitted.scaler.mean,
+            "target_scale": fitted.scaler.scale,
+            "reg": np.asarray(fitted.reg),
+            "was_1d": np.asarray(float(fitted.was_1d)),
+        }
+        if fitted.nngp_rotated is not None:
+            arrays["nngp_rotated"] = fitted.nngp_rotated
+        return arrays
+
+    def load_fitted_arrays(self, arrays: dict[str, np.ndarray]) -> KernelRegressor:
+        """Restore the state written by :meth:`fitted_arrays` (this regressor's settings are kept)."""
+        eig = Eigensystem(
+            values=np.asarray(arrays["eig_values"], dtype=np.float64),
+            vectors=np.asarray(arrays["eig_vectors"], dtype=np.float64),
+            mean_diag=float(arrays["eig_mean_diag"]),
+            n_clipped=0,
+            min_raw=float(np.min(arrays["eig_values"])),
+        )
+        self._fitted = _Fitted(
+            eig=eig,
+            weights=np.asarray(arrays["weights"], dtype=np.float64),
+            scaler=TargetScaler(np.asarray(arrays["target_mean"]), np.asarray(arrays["target_scale"])),
+            reg=float(arrays["reg"]),
+            was_1d=bool(float(arrays["was_1d"])),
+            nngp_rotated=np.asarray(arrays["nngp_rotated"]) if "nngp_rotated" in arrays else None,
+        )
+        return self
+
     def predict(
         self,
         K_test_train: object,

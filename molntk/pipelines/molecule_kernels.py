@@ -1,0 +1,107 @@
+"""Every molecular kernel of the QM9 pipeline behind one interface.
+
+A :class:`MoleculeKernel` turns a :class:`MoleculeGroup` into descriptors once
+(``describe``) and evaluates the kernel between descriptor sets (``__call__``, a float64
+numpy (M1, M2) matrix; ``b`` omitted: ``a`` with itself, symmetric). The kernel that is
+regressed on is the NTK for the network models (SO(3) NTK, MLP NTK, augmented MLP NTK) and
+the kernel itself for the classic ones (power spectrum, Coulomb matrix, bag of bonds).
+
+A :class:`MoleculeGroup` computes the environment feature maps of its molecules once per
+:class:`~molntk.features.environments.FeatureConfig`, so all models built on the same
+feature maps share them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from molntk.baselines import BagOfBonds, CoulombMatrix, LaplacianKernel, LocalKernel, median_l1_width
+from molntk.data.molecule import Molecule
+from molntk.features.environments import EnvironmentBatch, FeatureConfig, environment_features
+from molntk.kernels.molecular import MolecularKernel
+
+
+@dataclass
+class MoleculeGroup:
+    """A list of molecules with their environment feature maps, computed on first use."""
+
+    molecules: list[Molecule]
+    dtype: torch.dtype = torch.float64
+    device: str = "cpu"
+    _environments: dict[FeatureConfig, EnvironmentBatch] = field(default_factory=dict, repr=False)
+
+    def environments(self, config: FeatureConfig) -> EnvironmentBatch:
+        if config not in self._environments:
+            self._environments[config] = environment_features(self.molecules, config, dtype=self.dtype, device=self.device)
+        return self._environments[config]
+
+    def __len__(self) -> int:
+        return len(self.molecules)
+
+
+class MoleculeKernel(Protocol):
+    """Descriptors of a group once, then the regression kernel between descriptor sets."""
+
+    def describe(self, group: MoleculeGroup) -> Any: ...
+
+    def __call__(self, a: Any, b: Any | None = None) -> np.ndarray: ...
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+@dataclass(frozen=True)
+class SO3NTKKernel:
+    """The molecular NTK of an SO(3) environment network (:class:`MolecularKernel`)."""
+
+    kernel: MolecularKernel
+    features: FeatureConfig
+
+    def describe(self, group: MoleculeGroup) -> EnvironmentBatch:
+        return group.environments(self.features)
+
+    def __call__(self, a: EnvironmentBatch, b: EnvironmentBatch | None = None) -> np.ndarray:
+        return _numpy(self.kernel(a, b).ntk)
+
+
+@dataclass(frozen=True)
+class FeatureMapKernel:
+    """A local baseline on molntk's feature maps; ``output`` picks which of its kernels
+    (0: the only one, or NNGP; 1: NTK) is regressed on."""
+
+    kernel: LocalKernel
+    features: FeatureConfig
+    output: int = 0
+
+    def describe(self, group: MoleculeGroup) -> Any:
+        return self.kernel.descriptors(group.environments(self.features))
+
+    def __call__(self, a: Any, b: Any | None = None) -> np.ndarray:
+        return _numpy(self.kernel.kernels(a, b)[self.output])
+
+
+@dataclass(frozen=True)
+class GlobalDescriptorKernel:
+    """Laplacian kernel exp(−‖x − x'‖₁/σ) on a Coulomb-matrix or bag-of-bonds descriptor."""
+
+    kernel: LaplacianKernel
+
+    def describe(self, group: MoleculeGroup) -> torch.Tensor:
+        return self.kernel.features(group.molecules)
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor | None = None) -> np.ndarray:
+        return _numpy(self.kernel(a, b))
+
+
+def laplacian_candidates(
+    descriptor: CoulombMatrix | BagOfBonds, reference: Sequence[Molecule], width_factors: Sequence[float]
+) -> list[GlobalDescriptorKernel]:
+    """Laplacian kernels with σ = factor × median L1 distance among ``reference`` (training molecules)."""
+    median = median_l1_width(descriptor(list(reference)))
+    return [GlobalDescriptorKernel(LaplacianKernel(descriptor, factor * median)) for factor in width_factors]

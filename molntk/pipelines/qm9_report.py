@@ -1,0 +1,127 @@
+"""Files and terminal tables of ``task: qm9-property`` (:mod:`molntk.pipelines.qm9`).
+
+Writes into ``results/<config name>/`` (or ``output``): ``report.json`` (records with
+``model``, ``target``, ``n_train``, ``mae``, ``rmse``, ``r2``, ``unit``, ``fit_seconds``,
+``predict_seconds``, ``invariance_error``, …; plus the hyperparameter ``search`` and kernel
+times), ``metrics.csv``, ``learning_curve.png`` (log–log MAE against n_train, the 43 meV
+chemical-accuracy line for energies in meV; one file per target, suffixed with the
+target's name when there are several), ``parity.png`` (predicted against true at the
+largest n_train, one panel per model), ``predictions.csv`` and ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from molntk.config import QM9PropertyConfig
+from molntk.pipelines.qm9 import CHEMICAL_ACCURACY_MEV, run_qm9_property
+from molntk.pipelines.report import (
+    output_dir,
+    plot_learning_curve,
+    print_results_table,
+    save_figure,
+    write_metrics_csv,
+    write_report,
+)
+from molntk.utils.files import atomic_write_text
+
+
+def run_and_write(config: QM9PropertyConfig, source: str) -> dict[str, Any]:
+    """Run the pipeline with a progress bar on stderr, write the output files, return the result
+    (without the per-molecule predictions, which go to ``predictions.csv``)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from molntk.cli.output import stderr
+
+    columns = (TextColumn("{task.description:<18}"), BarColumn(), TextColumn("{task.completed}/{task.total} blocks"),
+               TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=stderr(), transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done)
+
+        result = run_qm9_property(config, source, progress)
+    out = output_dir(config.name, config.output)
+    predictions = result.pop("predictions")
+    test_targets = result.pop("test_targets")
+    write_report(out, config=config.to_dict(), records=result["records"],
+                 extra={k: v for k, v in result.items() if k != "records"})
+    write_metrics_csv(out, result["records"])
+    _write_predictions(out, predictions, test_targets)
+    for target in config.targets:
+        records = [r for r in result["records"] if r["target"] == target]
+        unit = result["units"][target]
+        suffix = "" if len(config.targets) == 1 else f"_{target}"
+        hline = (CHEMICAL_ACCURACY_MEV, "chemical accuracy (43 meV)") if unit == "meV" else None
+        plot_learning_curve(out, records, metric="mae", ylabel=f"{target} test MAE ({unit})", hline=hline,
+                            filename=f"learning_curve{suffix}.png")
+        _plot_parity(out / f"parity{suffix}.png", target, unit, test_targets[target], predictions.get(target, {}),
+                     result["sizes"][-1])
+    result["output"] = str(out)
+    return result
+
+
+def _write_predictions(out: Path, predictions: dict[str, dict[str, list[float]]], truth: dict[str, list[float]]) -> None:
+    """predictions.csv: one row per test molecule, columns ``<target>`` and ``<target>:<model>``."""
+    import pandas as pd
+
+    columns: dict[str, list[float]] = {}
+    for target, by_model in predictions.items():
+        columns[target] = truth[target]
+        columns.update({f"{target}:{model}": values for model, values in by_model.items()})
+    atomic_write_text(out / "predictions.csv", pd.DataFrame(columns).to_csv(index_label="test_index"))
+
+
+def _plot_parity(path: Path, target: str, unit: str, truth: list[float], by_model: dict[str, list[float]], n: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(by_model)
+    cols = min(4, max(1, len(models)))
+    rows = max(1, math.ceil(len(models) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows), dpi=110, squeeze=False)
+    y = np.asarray(truth)
+    try:
+        for ax, model in zip(axes.flat, models):
+            p = np.asarray(by_model[model])
+            lo, hi = float(min(y.min(), p.min())), float(max(y.max(), p.max()))
+            ax.plot([lo, hi], [lo, hi], color="grey", linewidth=0.8)
+            ax.scatter(y, p, s=4, alpha=0.5)
+            ax.set_title(f"{model}\nMAE {np.abs(p - y).mean():.4g} {unit}", fontsize=8)
+            ax.set_xlabel(f"true {target} ({unit})", fontsize=7)
+            ax.set_ylabel("predicted", fontsize=7)
+            ax.tick_params(labelsize=6)
+        for ax in list(axes.flat)[len(models):]:
+            ax.axis("off")
+        fig.suptitle(f"{target}: test predictions at n_train = {n}", fontsize=9)
+        fig.tight_layout()
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None:
+    """Rich tables: per target, every model × n_train; then the hyperparameter choices."""
+    for target in config.targets:
+        records = [r for r in result["records"] if r["target"] == target]
+        unit = result["units"][target]
+        print_results_table(
+            records,
+            [("model", "model", "s"), ("n_train", "n_train", "d"), ("mae", f"MAE ({unit})", ".4g"),
+             ("rmse", f"RMSE ({unit})", ".4g"), ("r2", "R²", ".4f"), ("invariance_error", f"rot. std ({unit})", ".2e"),
+             ("fit_seconds", "fit s", ".2f"), ("predict_seconds", "predict s", ".2f")],
+            title=f"{config.name}: {target} on {result['n_test']} test molecules ({result['device']}, {result['dtype']})",
+        )
+    chosen = [r for r in result["search"] if r.get("chosen")]
+    print_results_table(chosen, [("model", "model", "s"), ("candidate", "chosen hyperparameters", "s"),
+                                 ("cv_rmse", "CV RMSE", ".4g")], title="hyperparameters chosen on training data")
+    print(f"report: {result['output']}/report.json")

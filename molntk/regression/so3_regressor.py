@@ -1,0 +1,234 @@
+"""``SO3NTKRegressor``: the SO(3) NTK regressor of molecules as a scikit-learn estimator.
+
+    from molntk import SO3NTKRegressor
+    model = SO3NTKRegressor(layers="lift:3 erf pool dense").fit(molecules, energies)
+    mean, std = model.predict(new_molecules, return_std=True)
+    model.save("u0.molntk.npz");  SO3NTKRegressor.load("u0.molntk.npz").predict(new_molecules)
+
+``fit`` computes environment feature maps (:mod:`molntk.features.environments`), the
+element-resolved molecular NTK and NNGP of the SO(3) network ``layers``
+(:mod:`molntk.kernels.so3.spec`, :class:`~molntk.kernels.molecular.MolecularKernel`),
+optionally subtracts the dressed-atom linear model (extensive energies), and fits
+:class:`~molntk.regression.KernelRegressor` (NTK mean at t = ∞, λ by cross-validation on
+the training data). ``predict(..., return_std=True)`` adds the NTK-GP standard deviation.
+Works with ``cross_val_score``, ``GridSearchCV`` and ``clone`` (inputs: lists of
+:class:`~molntk.data.molecule.Molecule` or ``ase.Atoms``).
+
+Model files (``save``/``load``) are one ``.npz`` archive of plain arrays read with
+``allow_pickle=False`` (no code is ever unpickled): the format name and version, the
+estimator's parameters as JSON, the training molecules, and the fitted regression state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin
+
+from molntk._version import __version__
+from molntk.data.molecule import Molecule
+from molntk.errors import InputError
+from molntk.regression.dressed_atom import DressedAtomModel, element_counts
+from molntk.regression.estimator import KernelRegressor
+from molntk.utils.files import atomic_path
+
+#: Name and version of the model file format.
+FORMAT = "molntk-so3-ntk-regressor"
+FORMAT_VERSION = 1
+
+
+def as_molecules(X: Any, name: str = "X") -> list[Molecule]:
+    """A list of :class:`Molecule` from molecules or ``ase.Atoms`` (InputError naming the item otherwise)."""
+    from molntk.data.readers import molecule_from_atoms
+
+    if isinstance(X, Molecule):
+        X = [X]
+    out = []
+    for i, item in enumerate(X):
+        if isinstance(item, Molecule):
+            out.append(item)
+        elif type(item).__name__ == "Atoms":
+            out.append(molecule_from_atoms(item, source=f"{name}[{i}]"))
+        else:
+            raise InputError(f"{name}[{i}]", f"expected a molntk Molecule or ase.Atoms, got {type(item).__name__}")
+    return out
+
+
+class SO3NTKRegressor(RegressorMixin, BaseEstimator):
+    """Kernel regression with the NTK of an SO(3) group-convolutional network (module docstring).
+
+    Parameters: ``layers``, ``sigma_w``, ``sigma_b`` (the network); ``band_limit``,
+    ``smearing_width``, ``radial`` (dict, None: 6 Gaussians to 5 Å), ``elements`` (the
+    feature maps and the element set the model accepts); ``grid_band_limit``, ``mode``,
+    ``pairing``, ``reduce`` (the kernel engine); ``residual`` (learn the residual of the
+    dressed-atom model); ``reg`` ("cv" or λ ≥ 0), ``cv``, ``psd_rtol`` (regression);
+    ``dtype``, ``device``, ``block_size`` (computation).
+    """
+
+    def __init__(
+        self,
+        layers: str = "lift:3 erf pool dense",
+        sigma_w: float = 1.0,
+        sigma_b: float = 0.1,
+        band_limit: int = 4,
+        smearing_width: float = 0.5,
+        radial: dict[str, Any] | None = None,
+        elements: Sequence[int] = (1, 6, 7, 8, 9),
+        grid_band_limit: int = 3,
+        mode: str = "fast",
+        pairing: str = "element",
+        reduce: str = "sum",
+        residual: bool = True,
+        reg: float | str = "cv",
+        cv: str = "loo",
+        psd_rtol: float = 1e-4,
+        dtype: str = "float64",
+        device: str = "cpu",
+        block_size: int = 512,
+    ) -> None:
+        self.layers = layers
+        self.sigma_w = sigma_w
+        self.sigma_b = sigma_b
+        self.band_limit = band_limit
+        self.smearing_width = smearing_width
+        self.radial = radial
+        self.elements = elements
+        self.grid_band_limit = grid_band_limit
+        self.mode = mode
+        self.pairing = pairing
+        self.reduce = reduce
+        self.residual = residual
+        self.reg = reg
+        self.cv = cv
+        self.psd_rtol = psd_rtol
+        self.dtype = dtype
+        self.device = device
+        self.block_size = block_size
+
+    # -- pieces built from the parameters ------------------------------------------------
+
+    def feature_config(self):
+        from molntk.features.environments import FeatureConfig
+
+        data: dict[str, Any] = {"elements": list(self.elements), "band_limit": self.band_limit,
+                                "smearing_width": self.smearing_width}
+        if self.radial is not None:
+            data["radial"] = dict(self.radial)
+        return FeatureConfig.from_dict(data)
+
+    def molecular_kernel(self):
+        from molntk.kernels.molecular import MolecularKernel
+        from molntk.kernels.so3 import SO3Grid
+        from molntk.kernels.so3.spec import parse_architecture
+
+        if self.dtype not in ("float64", "float32"):
+            raise InputError("dtype", f"must be 'float64' or 'float32', got {self.dtype!r}")
+        net = parse_architecture(self.layers, sigma_w=self.sigma_w, sigma_b=self.sigma_b)
+        ctx = net.discretisation(SO3Grid(self.grid_band_limit), self.mode, getattr(torch, self.dtype), self.device)
+        return MolecularKernel(net, ctx, self.pairing, self.reduce, self.block_size)
+
+    def _features(self, molecules: list[Molecule]):
+        from molntk.features.environments import environment_features
+
+        return environment_features(molecules, self.feature_config(), dtype=getattr(torch, self.dtype), device=self.device)
+
+    def _regressor(self) -> KernelRegressor:
+        return KernelRegressor("ntk", reg=self.reg, cv=self.cv, psd_rtol=self.psd_rtol)
+
+    # -- scikit-learn interface ----------------------------------------------------------
+
+    def fit(self, X: Any, y: Any) -> SO3NTKRegressor:
+        """Fit on molecules X and targets y ((n,) or (n, k))."""
+        molecules = as_molecules(X)
+        y = np.asarray(y, dtype=np.float64)
+        if y.shape[0] != len(molecules):
+            raise InputError("y", f"has {y.shape[0]} rows for {len(molecules)} molecules")
+        for m in molecules:
+            m.check_elements(self.elements)
+        kern = self.molecular_kernel()
+        k = kern(self._features(molecules))
+        ntk, nngp = (t.detach().cpu().double().numpy() for t in (k.ntk, k.nngp))
+        self.dressed_atom_ = DressedAtomModel().fit(element_counts(molecules, self.elements), y) if self.residual else None
+        base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.residual else 0.0
+        self.regressor_ = self._regressor().fit(ntk, y - base, K_nngp_train=nngp)
+        self.train_molecules_ = molecules
+        self.n_features_in_ = 1
+        return self
+
+    def predict(self, X: Any, return_std: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Predictions for molecules X; with ``return_std`` also the NTK-GP standard deviation."""
+        if not hasattr(self, "regressor_"):
+            raise InputError("SO3NTKRegressor", "predict called before fit")
+        molecules = as_molecules(X)
+        for m in molecules:
+            m.check_elements(self.elements)
+        kern = self.molecular_kernel()
+        test = self._features(molecules)
+        cross = kern(test, self._features(self.train_molecules_))
+        base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.dressed_atom_ is not None else 0.0
+        ntk, nngp = (t.detach().cpu().double().numpy() for t in (cross.ntk, cross.nngp))
+        if not return_std:
+            return base + self.regressor_.predict(ntk)
+        diag = np.array([float(kern(self._features([m])).nngp[0, 0]) for m in molecules])  # prior k(x, x)
+        mean, std = self.regressor_.predict(ntk, diag, return_std=True, K_nngp_test_train=nngp)
+        return base + mean, std
+
+    # -- files ---------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted model to ``path`` (``.npz``, atomically; see the module docstring)."""
+        if not hasattr(self, "regressor_"):
+            raise InputError("SO3NTKRegressor", "save called before fit")
+        mols = self.train_molecules_
+        meta = {"format": FORMAT, "version": FORMAT_VERSION, "molntk": __version__, "params": self.get_params(),
+                "ids": [m.id for m in mols]}
+        arrays = {f"regressor_{k}": v for k, v in self.regressor_.fitted_arrays().items()}
+        if self.dressed_atom_ is not None:
+            arrays["dressed_atom_coef"] = np.asarray(self.dressed_atom_.coef_)
+            arrays["dressed_atom_intercept"] = np.asarray(self.dressed_atom_.intercept_)
+        arrays["numbers"] = np.concatenate([m.numbers for m in mols]).astype(np.int64)
+        arrays["positions"] = np.concatenate([m.positions for m in mols]).astype(np.float64)
+        arrays["n_atoms"] = np.array([m.n_atoms for m in mols], dtype=np.int64)
+        arrays["metadata"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+        path = Path(path)
+        with atomic_path(path, suffix=".npz") as tmp:
+            np.savez(tmp, **arrays)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> SO3NTKRegressor:
+        """Read a model written by :meth:`save`; InputError naming the file if it is not one."""
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                arrays = {key: archive[key] for key in archive.files}
+            meta = json.loads(arrays.pop("metadata").tobytes().decode("utf-8"))
+        except (OSError, ValueError, KeyError) as err:
+            raise InputError(str(path), f"not a molntk model file: {err}") from None
+        if meta.get("format") != FORMAT:
+            raise InputError(str(path), f"not a molntk SO(3) NTK model (format {meta.get('format')!r})")
+        if meta.get("version") != FORMAT_VERSION:
+            raise InputError(str(path), f"model format version {meta.get('version')} is not supported (expected {FORMAT_VERSION})")
+        params = meta["params"]
+        params["elements"] = tuple(params["elements"])
+        model = cls(**params)
+        ends = np.cumsum(arrays["n_atoms"])
+        model.train_molecules_ = [
+            Molecule(arrays["numbers"][e - n : e], arrays["positions"][e - n : e], id=mol_id)
+            for e, n, mol_id in zip(ends, arrays["n_atoms"], meta["ids"])
+        ]
+        model.dressed_atom_ = None
+        if "dressed_atom_coef" in arrays:
+            model.dressed_atom_ = DressedAtomModel()
+            model.dressed_atom_.coef_ = arrays["dressed_atom_coef"]
+            model.dressed_atom_.intercept_ = arrays["dressed_atom_intercept"]
+        state = {k.removeprefix("regressor_"): v for k, v in arrays.items() if k.startswith("regressor_")}
+        model.regressor_ = model._regressor().load_fitted_arrays(state)
+        model.n_features_in_ = 1
+        return model
+

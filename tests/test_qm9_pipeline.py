@@ -1,0 +1,270 @@
+"""The QM9 property pipeline, the SO(3) estimator and ``molntk predict``, on real QM9 molecules.
+
+Kept small (tens of molecules, grid band limit 2) so that the whole file runs in well
+under a minute on two cores; the quantities asserted are computed independently here
+(numpy least squares, scikit-learn KernelRidge, brute-force orbit averages).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from molntk.baselines import AugmentedMLPNTK, MLPArchitecture, PowerSpectrumKernel, RotationSet
+from molntk.baselines.augmented import wigner_table
+from molntk.baselines.mlp import MLPNTK
+from molntk.cli.main import app
+from molntk.config import ConfigValidationError, load_config
+from molntk.data.qm9 import load_qm9
+from molntk.data.splits import standard_split
+from molntk.errors import InputError
+from molntk.features.environments import QM9_ELEMENTS, FeatureConfig, environment_features
+from molntk.kernels.so3.spec import describe_architecture, parse_architecture
+from molntk.kernels.so3.wigner import coeff_slices
+from molntk.regression import element_counts
+from molntk.regression.so3_regressor import SO3NTKRegressor
+
+TINY = """\
+task: qm9-property
+name: tiny
+learning_curve: {n_train: [20, 40], n_test: 25, n_select: 20}
+invariance: {n_molecules: 6, n_rotations: 2}
+kernel: {grid_band_limit: 3, threads: 1}
+models:
+  so3_ntk:
+    candidates:
+      - {layers: "lift:3 erf pool dense", sigma_b: 0.1}
+      - {layers: "lift:3 relu pool dense", sigma_b: 0.1}
+  augmented_mlp_ntk: {rotations: 2}
+  power_spectrum: {zetas: [1, 2]}
+"""
+
+
+@pytest.fixture(scope="module")
+def qm9():
+    return load_qm9()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny")
+    config = folder / "tiny.yaml"
+    config.write_text(TINY + f"output: {folder / 'out'}\n")
+    result = CliRunner().invoke(app, ["run", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    return folder / "out", json.loads(result.stdout)
+
+
+# --------------------------------------------------------------------------- architecture strings
+
+
+def test_architecture_strings_round_trip():
+    spec = "lift:4 relu conv:3 erf dense relu pool dense"
+    net = parse_architecture(spec, sigma_w=1.3, sigma_b=0.2)
+    assert describe_architecture(net) == spec
+    assert net.layers[0].band_limit == 4 and net.layers[0].sigma_w == 1.3 and net.layers[2].sigma_b == 0.2
+    assert describe_architecture(parse_architecture("lift:2 -> relu -> pool -> dense")) == "lift:2 relu pool dense"
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [("lift:3 tanh pool dense", "unknown layer 'tanh'"), ("relu pool dense", "starts with Lift"), ("", "empty")],
+)
+def test_bad_architecture_names_the_problem(spec, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        parse_architecture(spec)
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def test_config_problems_name_their_keys(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "task: qm9-property\ntargets: [u0_atm]\nlearning_curve: {n_train: [10, 20], n_select: 30}\n"
+        "models: {so3_ntk: {candidates: [{layers: 'lift:3 tanh pool dense'}]}}\n"
+    )
+    with pytest.raises(ConfigValidationError) as info:
+        load_config(str(path), ())
+    text = str(info.value)
+    assert "targets: unknown QM9 target 'u0_atm'" in text and "u0_atom" in text
+    assert "learning_curve.n_select: 30 exceeds the largest n_train 20" in text
+    assert "unknown layer 'tanh'" in text
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+def test_pipeline_writes_every_file_with_the_required_keys(tiny_run):
+    out, document = tiny_run
+    for name in ("report.json", "metrics.csv", "learning_curve.png", "parity.png", "predictions.csv", "config.yaml"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = json.loads((out / "report.json").read_text())
+    records = report["results"]
+    required = {"model", "target", "n_train", "mae", "rmse", "r2", "unit", "fit_seconds", "predict_seconds", "invariance_error"}
+    assert all(required <= r.keys() for r in records)
+    models = {r["model"] for r in records}
+    assert models == {"dressed-atom", "so3-ntk", "mlp-ntk", "augmented-mlp-ntk", "power-spectrum", "cm-laplacian", "bob-laplacian"}
+    assert {r["n_train"] for r in records} == {20, 40}
+    assert document["result"]["records"] == records
+    chosen = [s for s in report["search"] if s["model"] == "so3-ntk" and s["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["cv_rmse"] > 0
+    # a larger training set costs more: cumulative shell times are measured, never extrapolated
+    so3 = sorted((r for r in records if r["model"] == "so3-ntk"), key=lambda r: r["n_train"])
+    assert so3[1]["fit_seconds"] > so3[0]["fit_seconds"]
+
+
+def _sets(qm9, n_train, n_test):
+    split = standard_split(len(qm9), 0)
+    return split.train[:n_train], split.test[:n_test]
+
+
+def test_dressed_atom_records_equal_numpy_least_squares(tiny_run, qm9):
+    _, document = tiny_run
+    train, test = _sets(qm9, 40, 25)
+    y = qm9.target("u0_atom")
+    C_train = element_counts(qm9.molecules(train.tolist()), QM9_ELEMENTS)
+    C_test = element_counts(qm9.molecules(test.tolist()), QM9_ELEMENTS)
+    w = np.linalg.lstsq(C_train, y[train], rcond=None)[0]
+    expected = np.abs(C_test @ w - y[test]).mean()
+    got = next(r for r in document["result"]["records"] if r["model"] == "dressed-atom" and r["n_train"] == 40)
+    # the pipeline's ridge is 1e-12 × mean(C²): a relative perturbation far below 1e-6
+    assert got["mae"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_shell_assembled_kernel_ridge_equals_scikit_learn(tiny_run, qm9):
+    """The power-spectrum record at n = 40 = sklearn KernelRidge on the one-shot kernel with the
+    record's λ (the pipeline assembles the kernel from shells 0–20 and 20–40)."""
+    from sklearn.kernel_ridge import KernelRidge
+
+    from molntk.pipelines.qm9 import dressed_atom
+
+    _, document = tiny_run
+    record = next(r for r in document["result"]["records"] if r["model"] == "power-spectrum" and r["n_train"] == 40)
+    zeta = int(record["hyperparameters"].removeprefix("ζ="))
+    train_idx, test_idx = _sets(qm9, 40, 25)
+    train, test = qm9.molecules(train_idx.tolist()), qm9.molecules(test_idx.tolist())
+    y = qm9.target("u0_atom")[train_idx]
+    base_train, base_test = dressed_atom(train, y, test)
+    kern = PowerSpectrumKernel(FeatureConfig(), zeta)
+    f_train, f_test = (environment_features(m, FeatureConfig()) for m in (train, test))
+    K, K_test = kern(f_train).numpy(), kern(f_test, f_train).numpy()
+    reg = record["reg_relative"] * np.mean(np.diag(K))
+    residual = y - base_train
+    krr = KernelRidge(alpha=reg, kernel="precomputed").fit(K, residual - residual.mean())
+    pred = base_test + residual.mean() + krr.predict(K_test)
+    expected = np.abs(pred - qm9.target("u0_atom")[test_idx]).mean()
+    # same kernel and λ; solves differ only by rounding amplified by cond(K + λI) (reported)
+    assert record["mae"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_invariance_errors_separate_invariant_from_non_invariant_models(tiny_run):
+    _, document = tiny_run
+    at = {r["model"]: r for r in document["result"]["records"] if r["n_train"] == 40}
+    for invariant in ("power-spectrum", "cm-laplacian", "bob-laplacian", "dressed-atom"):
+        # exactly invariant descriptors: only rounding of rotated coordinates remains
+        assert at[invariant]["invariance_error"] < 1e-6 * at[invariant]["mae"], invariant
+    # the SO(3) NTK is invariant up to quadrature; the plain MLP NTK is not invariant at all
+    assert at["so3-ntk"]["invariance_error"] < 0.1 * at["mlp-ntk"]["invariance_error"]
+
+
+# --------------------------------------------------------------------------- symmetrised augmentation
+
+
+def _rotate(x, table, k, band_limit):
+    out, offset = torch.empty_like(x), 0
+    for l, s in enumerate(coeff_slices(band_limit)):
+        d = 2 * l + 1
+        out[..., s] = x[..., s] @ table[k, offset : offset + d * d].reshape(d, d).T
+        offset += d * d
+    return out
+
+
+def test_rotation_differences_give_the_symmetrised_network_kernel():
+    """Σ_k w_k Θ(f, ρ(g_i⁻¹g_j) f') over the difference set = Σ_ij w_i w_j Θ(ρ(g_i) f, ρ(g_j) f'),
+    computed by rotating the coefficients (erf: smooth, so rounding-level agreement), and PSD."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, 9, dtype=torch.float64)
+    base = RotationSet.random(2, seed=3)
+    arch = MLPArchitecture(1, "erf", 1.0, 0.1)
+    got = AugmentedMLPNTK(FeatureConfig(band_limit=3), arch, RotationSet.differences(base)).env_kernel(x)[1]
+    table = wigner_table(3, base.alpha, base.beta, base.gamma)
+    mlp = MLPNTK(FeatureConfig(band_limit=3), arch)
+    expected = sum(
+        base.weights[i] * base.weights[j] * mlp.env_kernel(_rotate(x, table, i, 3), _rotate(x, table, j, 3))[1]
+        for i in range(len(base))
+        for j in range(len(base))
+    )
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
+    assert torch.linalg.eigvalsh(got).min() > 0
+
+
+# --------------------------------------------------------------------------- estimator and predict
+
+
+@pytest.fixture(scope="module")
+def fitted(qm9):
+    mols = qm9.molecules(range(1, 41))
+    y = np.asarray(qm9.target("u0_atom")[1:41])
+    return SO3NTKRegressor(grid_band_limit=2).fit(mols[:30], y[:30]), mols, y
+
+
+def test_estimator_save_load_gives_identical_predictions(fitted, tmp_path):
+    model, mols, y = fitted
+    mean, std = model.predict(mols[30:], return_std=True)
+    assert np.all(std >= 0) and np.isfinite(mean).all()
+    assert np.abs(mean - y[30:]).mean() < np.abs(y[30:] - y[:30].mean()).mean()  # beats the mean predictor
+    path = model.save(tmp_path / "u0.molntk.npz")
+    loaded = SO3NTKRegressor.load(path)
+    mean2, std2 = loaded.predict(mols[30:], return_std=True)
+    assert np.array_equal(mean, mean2) and np.array_equal(std, std2)
+    assert loaded.get_params() == model.get_params()
+
+
+def test_estimator_works_with_scikit_learn_tools(qm9):
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_val_score
+
+    mols = qm9.molecules(range(1, 31))
+    y = np.asarray(qm9.target("u0_atom")[1:31])
+    est = SO3NTKRegressor(grid_band_limit=2, sigma_b=0.2)
+    assert clone(est).get_params()["sigma_b"] == 0.2
+    scores = cross_val_score(est, mols, y, cv=3, scoring="neg_mean_absolute_error")
+    assert scores.shape == (3,) and np.isfinite(scores).all()
+
+
+def test_loading_a_file_that_is_not_a_model_names_it(tmp_path):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, metadata=np.frombuffer(b'{"format": "other"}', dtype=np.uint8))
+    with pytest.raises(InputError, match="not a molntk SO\\(3\\) NTK model"):
+        SO3NTKRegressor.load(bad)
+    junk = tmp_path / "junk.npz"
+    junk.write_text("hello")
+    with pytest.raises(InputError, match="junk.npz"):
+        SO3NTKRegressor.load(junk)
+
+
+def test_predict_cli_predicts_good_smiles_and_names_bad_ones(fitted, tmp_path):
+    model, _, _ = fitted
+    path = model.save(tmp_path / "m.npz")
+    out = tmp_path / "pred.csv"
+    result = CliRunner().invoke(
+        app, ["predict", "--model", str(path), "--out", str(out), "--json", "--smiles", "CCO", "not-a-smiles", "C[Si](C)C", "C1=CC=CN=C1"]
+    )
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    assert [p["smiles"] for p in document["predictions"]] == ["CCO", "C1=CC=CN=C1"]
+    failed = {f["source"]: f["problem"] for f in document["failures"]}
+    assert set(failed) == {"not-a-smiles", "C[Si](C)C"}
+    assert "Si" in failed["C[Si](C)C"]
+    import pandas as pd
+
+    table = pd.read_csv(out)
+    assert list(table["smiles"]) == ["CCO", "C1=CC=CN=C1"] and table["prediction"].notna().all()
+    assert all(math.isfinite(v) for v in table["std"])

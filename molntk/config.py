@@ -146,6 +146,304 @@ class QM9SummaryConfig(TaskConfig):
     data: QM9DataConfig = QM9DataConfig()
 
 
+class ImageDataConfig(Section):
+    """Images of ``image-classification`` (see :mod:`molntk.pipelines.image_data`).
+
+    ``digits``: scikit-learn's digits with random ``rotation`` (offline); ``nct-crc-he``: a
+    folder of NCT-CRC-HE tiles at ``path`` (at most ``limit_per_class`` per class);
+    ``pathmnist``: a MedMNIST ``.npz`` at ``path``. Images are resized to ``size`` × ``size``;
+    ``n_test`` test images; ``seed`` seeds the split, the training order and the rotations.
+    """
+
+    source: Literal["digits", "nct-crc-he", "pathmnist"] = "digits"
+    path: UserPath | None = Field(default=None, description="NCT-CRC-HE folder or PathMNIST .npz")
+    size: Count = 12
+    rotation: Literal["continuous", "quarter", "none"] = "continuous"
+    limit_per_class: Count | None = None
+    n_test: Count = 100
+    seed: Seed = 0
+
+    @model_validator(mode="after")
+    def _path_matches_source(self) -> ImageDataConfig:
+        """``path`` is required by the file sources and meaningless for digits; likewise ``limit_per_class``."""
+        if self.source != "digits" and self.path is None:
+            raise FieldError("path", f"required with source {self.source!r} (the dataset's folder or .npz file)")
+        if self.source == "digits" and self.path is not None:
+            raise FieldError("path", "not used with source 'digits' (scikit-learn's bundled images)")
+        if self.limit_per_class is not None and self.source != "nct-crc-he":
+            raise FieldError("limit_per_class", f"only used with source 'nct-crc-he', not {self.source!r}")
+        return self
+
+
+class ImageNetworkConfig(Section):
+    """Architecture shared by the image models (see :mod:`molntk.kernels.cn.models`).
+
+    ``n``: rotation group C_n of the GCNN and the augmentation orbit; ``depth``: lifting +
+    depth − 1 group convolutions (CNNs: depth convolutions), k × k filters, ``padding``;
+    ``head``: hidden Dense layers before the readout; ``per_rotation_head``: apply the
+    head to each rotation and average last (then the augmented CNN kernel equals the GCNN
+    kernel for n ∈ {1, 2, 4}), else pool over rotations before the head.
+    """
+
+    n: Count = 4
+    depth: Count = 2
+    k: Count = 3
+    padding: Literal["valid", "same", "circular"] = "valid"
+    activation: Literal["relu", "erf"] = "relu"
+    head: Annotated[int, Field(strict=True, ge=0)] = 1
+    per_rotation_head: bool = True
+    sigma_w: Annotated[float, Field(gt=0)] = 1.0
+    sigma_b: Annotated[float, Field(ge=0)] = 0.0
+
+    @model_validator(mode="after")
+    def _odd_filter(self) -> ImageNetworkConfig:
+        """Filters rotate about their centre pixel: k must be odd."""
+        if self.k % 2 == 0:
+            raise FieldError("k", f"the filter size must be odd, got {self.k}")
+        return self
+
+
+class ImageComputeConfig(Section):
+    """Where and how image kernels are computed: ``block`` images per kernel block (progress
+    steps); ``threads``: torch CPU threads during the run (null: torch's default; 1 is faster
+    on a CPU shared with other jobs, where waiting OpenMP threads waste their cores)."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["float64", "float32"] = "float64"
+    memory_mb: Annotated[float, Field(gt=0)] = 768.0
+    block: Count = 50
+    threads: Count | None = None
+
+
+#: Models of ``image-classification``, in the order of its tables.
+IMAGE_MODELS = ("gcnn", "augmented-cnn", "cnn-gap", "cnn-flatten", "mlp")
+
+
+@register_task
+class ImageClassificationConfig(TaskConfig):
+    """``task: image-classification``: NTK classification of images by the C_n GCNN and baselines.
+
+    ``n_train``: learning-curve sizes (increasing; nested training sets); ``n_orbit``:
+    test images whose n rotated copies are classified too (default: all ``data.n_test``);
+    ``cv``: how λ is chosen on the training data; ``output``: default ``results/<name>/``.
+    """
+
+    task: Literal["image-classification"]
+    data: ImageDataConfig = ImageDataConfig()
+    n_train: Annotated[list[Count], Field(min_length=1)] = [25, 50, 100]
+    n_orbit: Count | None = None
+    network: ImageNetworkConfig = ImageNetworkConfig()
+    models: Annotated[list[Literal[IMAGE_MODELS]], Field(min_length=1)] = list(IMAGE_MODELS)  # type: ignore[valid-type]
+    cv: Literal["loo", "kfold", "gcv"] = "loo"
+    compute: ImageComputeConfig = ImageComputeConfig()
+    output: UserPath | None = None
+
+    @model_validator(mode="after")
+    def _consistent_sizes(self) -> ImageClassificationConfig:
+        """``n_train`` strictly increasing, ``models`` without repeats, ``n_orbit`` ≤ ``data.n_test``."""
+        if any(a >= b for a, b in zip(self.n_train, self.n_train[1:])):
+            raise FieldError("n_train", f"must be strictly increasing, got {self.n_train}")
+        if len(set(self.models)) != len(self.models):
+            raise FieldError("models", f"lists a model twice: {self.models}")
+        if self.n_orbit is not None and self.n_orbit > self.data.n_test:
+            raise FieldError("n_orbit", f"{self.n_orbit} exceeds data.n_test = {self.data.n_test}")
+        return self
+
+
+# ----- task: qm9-property ---------------------------------------------------------------
+
+#: A positive float (scales, widths).
+Positive = Annotated[float, Field(gt=0)]
+#: A non-negative float.
+NonNegative = Annotated[float, Field(ge=0)]
+
+
+class FeaturesConfig(Section):
+    """Environment feature maps (:class:`~molntk.features.environments.FeatureConfig`):
+    band limit L, angular smearing σ (rad) and radial basis (``kind: gaussian`` with
+    ``n``, ``r_min``, ``r_cut``, ``width``; or ``kind: coulomb`` with ``powers``)."""
+
+    band_limit: Annotated[int, Field(strict=True, ge=1, le=13)] = 4
+    smearing_width: NonNegative = 0.5
+    radial: dict[str, Any] = {"kind": "gaussian", "n": 6, "r_min": 0.5, "r_cut": 5.0}
+
+    @model_validator(mode="after")
+    def _valid_radial(self) -> FeaturesConfig:
+        try:
+            self.feature_config()
+        except ValueError as err:
+            raise FieldError("radial", str(err)) from None
+        return self
+
+    def feature_config(self) -> Any:
+        from molntk.features.environments import FeatureConfig
+
+        return FeatureConfig.from_dict(self.model_dump())
+
+
+class KernelEngineConfig(Section):
+    """How SO(3) kernels are evaluated: ``mode`` (fast: invariant recursion; exact: the
+    discretised network), the SO(3) grid (``grid_band_limit``, ``sampling``), atom
+    ``pairing`` (element-resolved or shared network), ``dtype``, ``device`` (auto: CUDA
+    when present), environments per kernel block, and CPU ``threads`` (null: torch's default).
+    ``atom-index`` (the published reference's unshared per-atom-index branches on 29 padded
+    atoms; not permutation invariant) applies to the SO(3) NTK only; the baselines then
+    use element pairing."""
+
+    mode: Literal["fast", "exact"] = "fast"
+    grid_band_limit: Annotated[int, Field(strict=True, ge=1, le=12)] = 2
+    sampling: Literal["gauss-legendre", "driscoll-healy"] = "gauss-legendre"
+    pairing: Literal["element", "shared", "atom-index"] = "element"
+    dtype: Literal["float64", "float32"] = "float64"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    block_size: Count = 512
+    threads: Count | None = None
+
+
+class SO3Candidate(Section):
+    """One SO(3) architecture (:mod:`molntk.kernels.so3.spec`), e.g. ``lift:3 relu pool dense``."""
+
+    layers: str
+    sigma_w: Positive = 1.0
+    sigma_b: NonNegative = 0.0
+
+    @model_validator(mode="after")
+    def _parses(self) -> SO3Candidate:
+        from molntk.kernels.so3.spec import parse_architecture
+
+        try:
+            parse_architecture(self.layers)
+        except ValueError as err:
+            raise FieldError("layers", str(err)) from None
+        return self
+
+
+class MLPCandidate(Section):
+    """One per-atom MLP architecture: ``depth`` hidden layers of ``activation``."""
+
+    depth: Count = 1
+    activation: Literal["relu", "erf"] = "relu"
+    sigma_w: Positive = 1.0
+    sigma_b: NonNegative = 0.0
+
+
+class SO3ModelConfig(Section):
+    """The SO(3) NTK: architectures to choose from on training data."""
+
+    candidates: Annotated[list[SO3Candidate], Field(min_length=1)] = [
+        SO3Candidate(layers="lift:3 relu pool dense", sigma_w=1.0, sigma_b=0.1)
+    ]
+
+
+class MLPModelConfig(Section):
+    """Per-atom MLP NTK on the flattened feature maps: architectures to choose from."""
+
+    candidates: Annotated[list[MLPCandidate], Field(min_length=1)] = [MLPCandidate(sigma_b=0.1)]
+
+
+class AugmentedMLPModelConfig(MLPModelConfig):
+    """MLP NTK symmetrised over ``rotations`` Haar-random rotations and their inverses (a set
+    S of 2 × rotations): the average of Θ(ρ(g) f, ρ(h) f') over g, h ∈ S, which is PSD and
+    tends to the SO(3) GCNN kernel as S grows."""
+
+    rotations: Count = 4
+    seed: Seed = 0
+
+
+class PowerSpectrumModelConfig(Section):
+    """SOAP-type power-spectrum kernel (p̂·p̂')^ζ on the feature maps, ζ chosen from ``zetas``."""
+
+    zetas: Annotated[list[Count], Field(min_length=1)] = [1, 2, 3, 4]
+
+
+class LaplacianModelConfig(Section):
+    """Laplacian kernel on a global descriptor, σ = factor × median L1 distance (factor chosen)."""
+
+    width_factors: Annotated[list[Positive], Field(min_length=1)] = [0.25, 0.5, 1.0, 2.0]
+
+
+class QM9ModelsConfig(Section):
+    """The models compared side by side; ``null`` leaves one out. The dressed-atom linear
+    model is always fitted (it is the floor every model must beat)."""
+
+    so3_ntk: SO3ModelConfig | None = SO3ModelConfig()
+    mlp_ntk: MLPModelConfig | None = MLPModelConfig()
+    augmented_mlp_ntk: AugmentedMLPModelConfig | None = AugmentedMLPModelConfig()
+    power_spectrum: PowerSpectrumModelConfig | None = PowerSpectrumModelConfig()
+    coulomb_matrix: LaplacianModelConfig | None = LaplacianModelConfig()
+    bag_of_bonds: LaplacianModelConfig | None = LaplacianModelConfig()
+
+
+class LearningCurveConfig(Section):
+    """Training sizes (nested subsets of the training split), the test subset (first
+    ``n_test`` of the test split; null: all of it), and ``n_select`` training molecules on
+    which hyperparameters are chosen (the first of the training split; ≤ max n_train)."""
+
+    n_train: Annotated[list[Count], Field(min_length=1)] = [100, 250, 500, 1000]
+    n_test: Count | None = 1000
+    n_select: Count = 300
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LearningCurveConfig:
+        if any(a >= b for a, b in zip(self.n_train, self.n_train[1:])):
+            raise FieldError("n_train", f"must be strictly increasing, got {self.n_train}")
+        if self.n_select > self.n_train[-1]:
+            raise FieldError("n_select", f"{self.n_select} exceeds the largest n_train {self.n_train[-1]}")
+        return self
+
+
+class QM9RegressionConfig(Section):
+    """λ by ``cv`` on training data; ``residual``: learn the residual of the dressed-atom
+    model (auto: for extensive energies); ``reduce``: sum or mean over atom pairs (auto:
+    mean for intensive targets HOMO/LUMO/gap, sum otherwise). ``psd_rtol``: the relative
+    accuracy assumed of quadrature kernels (fast-mode SO(3), rotation-averaged MLP):
+    train-kernel eigenvalues down to −psd_rtol × the largest are clipped to 0 (measured on
+    QM9 at grid band limit 2, ReLU: kernel error ≈ 2e-4, smallest eigenvalue ≈ −1e-5 ×
+    largest), and their λ is not chosen below psd_rtol × mean(diag K)."""
+
+    cv: Literal["loo", "kfold", "gcv"] = "loo"
+    residual: Literal["auto", "dressed-atom", "none"] = "auto"
+    reduce: Literal["auto", "sum", "mean"] = "auto"
+    psd_rtol: Annotated[float, Field(gt=0, lt=1)] = 1e-4
+
+
+class InvarianceConfig(Section):
+    """Rotation-invariance check: ``n_molecules`` test molecules, each under ``n_rotations``
+    Haar-random rotations (``seed``); 0 molecules turns it off."""
+
+    n_molecules: Annotated[int, Field(strict=True, ge=0)] = 100
+    n_rotations: Count = 3
+    seed: Seed = 0
+
+
+def _known_qm9_targets(targets: list[str]) -> list[str]:
+    """Every target is a QM9 target (:data:`molntk.data.qm9.QM9_TARGETS`), none twice."""
+    from molntk.data.qm9 import QM9_TARGETS
+
+    for target in targets:
+        if target not in QM9_TARGETS:
+            raise ValueError(f"unknown QM9 target {target!r}" + _did_you_mean(target, list(QM9_TARGETS), "targets"))
+    if len(set(targets)) != len(targets):
+        raise ValueError(f"lists a target twice: {targets}")
+    return targets
+
+
+@register_task
+class QM9PropertyConfig(TaskConfig):
+    """``task: qm9-property``: learning curves of the SO(3) NTK and its baselines on QM9."""
+
+    task: Literal["qm9-property"]
+    data: QM9DataConfig = QM9DataConfig()
+    targets: Annotated[list[str], Field(min_length=1), AfterValidator(_known_qm9_targets)] = ["u0_atom"]
+    learning_curve: LearningCurveConfig = LearningCurveConfig()
+    features: FeaturesConfig = FeaturesConfig()
+    kernel: KernelEngineConfig = KernelEngineConfig()
+    models: QM9ModelsConfig = QM9ModelsConfig()
+    regression: QM9RegressionConfig = QM9RegressionConfig()
+    invariance: InvarianceConfig = InvarianceConfig()
+    output: UserPath | None = Field(default=None, description="output folder (default results/<name>/)")
+    cache: bool = Field(default=True, description="keep kernel blocks in <output>/kernel_cache: a killed run resumes")
+
 # ---------------------------------------------------------------------------------------
 # Problems and their messages
 # ---------------------------------------------------------------------------------------

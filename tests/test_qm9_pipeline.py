@@ -268,3 +268,48 @@ def test_predict_cli_predicts_good_smiles_and_names_bad_ones(fitted, tmp_path):
     table = pd.read_csv(out)
     assert list(table["smiles"]) == ["CCO", "C1=CC=CN=C1"] and table["prediction"].notna().all()
     assert all(math.isfinite(v) for v in table["std"])
+
+
+# --------------------------------------------------------------------------- interruption
+
+
+def test_killed_run_resumes_from_its_kernel_cache_with_the_same_numbers(tmp_path):
+    """`molntk run` killed by SIGKILL mid-kernel, then the same command again: it finishes from the
+    cached blocks and reports exactly the numbers of an uninterrupted run (no cache)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = tmp_path / "resume.yaml"
+    config.write_text(
+        "task: qm9-property\nlearning_curve: {n_train: [10, 20, 30, 40], n_test: 15, n_select: 10}\n"
+        "invariance: {n_molecules: 3, n_rotations: 2}\nkernel: {grid_band_limit: 3, threads: 1}\n"
+        "models: {mlp_ntk: null, augmented_mlp_ntk: null, coulomb_matrix: null, bag_of_bonds: null,\n"
+        "         power_spectrum: {zetas: [2]}}\n"
+    )
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "molntk", "run", str(config), "--json", "--set", f"output={out}"]
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    cache = out / "kernel_cache"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(cache.glob("*/*.npz"))) < 4 and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "report.json").exists(), "the run finished before it could be killed"
+    assert len(list(cache.glob("*/*.npz"))) >= 4
+    resumed = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    fresh = subprocess.run(
+        [*command[:-2], "--set", f"output={tmp_path / 'fresh'}", "--set", "cache=false"],
+        capture_output=True, text=True, env=env,
+    )
+    assert fresh.returncode == 0, fresh.stderr
+    keys = ("model", "n_train", "mae", "rmse", "r2", "invariance_error", "hyperparameters")
+    numbers = [
+        [{k: r[k] for k in keys} for r in json.loads(run.stdout)["result"]["records"]] for run in (resumed, fresh)
+    ]
+    assert numbers[0] == numbers[1]

@@ -12,7 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from molntk._version import __version__
-from molntk.cli import config_cmd, data, info, run
+from molntk.cli import config_cmd, data, info, predict, run
 from molntk.cli.output import print_error
 from molntk.errors import ConfigError, MolntkError
 
@@ -50,6 +50,7 @@ app.command("info")(info.info)
 app.add_typer(data.app, name="data")
 app.add_typer(config_cmd.app, name="config")
 app.command("run")(run.run)
+app.command("predict")(predict.predict)
 
 
 def _print_version(value: bool) -> None:

@@ -17,6 +17,7 @@ from molntk.cli.output import print_json, print_qm9_summary
 from molntk.config import ConfigProblem, ConfigValidationError, QM9DataConfig, QM9SummaryConfig, load_config
 
 if TYPE_CHECKING:
+    from molntk.config import ImageClassificationConfig, QM9PropertyConfig
     from molntk.data.qm9 import QM9
 
 
@@ -74,9 +75,39 @@ class Runner:
     show: Callable[[Any, dict[str, Any]], None]
 
 
+def run_image_classification(config: ImageClassificationConfig, source: str) -> dict[str, Any]:
+    """``task: image-classification``: :func:`molntk.pipelines.images.run_image_classification`, imported lazily."""
+    from molntk.pipelines.images import run_image_classification as run_images
+
+    return run_images(config, source)
+
+
+def show_image_classification(config: ImageClassificationConfig, result: dict[str, Any]) -> None:
+    """Table of an ``image-classification`` result."""
+    from molntk.pipelines.images import show_image_classification as show_images
+
+    show_images(config, result)
+
+
+def run_qm9_property(config: QM9PropertyConfig, source: str) -> dict[str, Any]:
+    """``task: qm9-property``: :func:`molntk.pipelines.qm9_report.run_and_write` (imports torch lazily)."""
+    from molntk.pipelines.qm9_report import run_and_write
+
+    return run_and_write(config, source)
+
+
+def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None:
+    """Tables of a ``qm9-property`` result."""
+    from molntk.pipelines.qm9_report import show_qm9_property as show
+
+    show(config, result)
+
+
 #: Task name → its runner; every task of :data:`molntk.config.TASK_MODELS` has one.
 RUNNERS: dict[str, Runner] = {
     "qm9-summary": Runner(run_qm9_summary, show_qm9_summary),
+    "image-classification": Runner(run_image_classification, show_image_classification),
+    "qm9-property": Runner(run_qm9_property, show_qm9_property),
 }
 
 

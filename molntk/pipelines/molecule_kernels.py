@@ -22,7 +22,14 @@ import torch
 
 from molntk.baselines import BagOfBonds, CoulombMatrix, LaplacianKernel, LocalKernel, median_l1_width
 from molntk.data.molecule import Molecule
-from molntk.features.environments import EnvironmentBatch, FeatureConfig, environment_features
+from molntk.features.environments import (
+    QM9_MAX_ATOMS,
+    EnvironmentBatch,
+    FeatureConfig,
+    PaddedFeatures,
+    environment_features,
+    padded_features,
+)
 from molntk.kernels.molecular import MolecularKernel
 
 
@@ -58,15 +65,18 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SO3NTKKernel:
-    """The molecular NTK of an SO(3) environment network (:class:`MolecularKernel`)."""
+    """The molecular NTK of an SO(3) environment network (:class:`MolecularKernel`); with
+    ``pairing="atom-index"`` on the reference's layout of 29 padded atoms."""
 
     kernel: MolecularKernel
     features: FeatureConfig
 
-    def describe(self, group: MoleculeGroup) -> EnvironmentBatch:
+    def describe(self, group: MoleculeGroup) -> EnvironmentBatch | PaddedFeatures:
+        if self.kernel.pairing == "atom-index":
+            return padded_features(group.molecules, self.features, n_atoms=QM9_MAX_ATOMS, dtype=group.dtype, device=group.device)
         return group.environments(self.features)
 
-    def __call__(self, a: EnvironmentBatch, b: EnvironmentBatch | None = None) -> np.ndarray:
+    def __call__(self, a: EnvironmentBatch | PaddedFeatures, b: EnvironmentBatch | PaddedFeatures | None = None) -> np.ndarray:
         return _numpy(self.kernel(a, b).ntk)
 
 

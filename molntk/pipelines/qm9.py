@@ -26,10 +26,12 @@ predictions):
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -163,14 +165,15 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
     models, engine = config.models, config.kernel
     features = config.features.feature_config()
     dtype, device = engine_options(config)
-    pairing = engine.pairing
+    pairing = "element" if engine.pairing == "atom-index" else engine.pairing  # the baselines'
     out: dict[str, list[Candidate]] = {}
     if models.so3_ntk is not None:
         grid = SO3Grid(engine.grid_band_limit, engine.sampling)
         out["so3-ntk"] = []
         for c in models.so3_ntk.candidates:
             net = parse_architecture(c.layers, sigma_w=c.sigma_w, sigma_b=c.sigma_b)
-            kernel = MolecularKernel(net, net.discretisation(grid, engine.mode, dtype, device), pairing, reduce, engine.block_size)
+            ctx = net.discretisation(grid, engine.mode, dtype, device)
+            kernel = MolecularKernel(net, ctx, engine.pairing, reduce, engine.block_size)
             label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
             quadrature = engine.mode == "fast"
             out["so3-ntk"].append(Candidate(label, c.model_dump(), SO3NTKKernel(kernel, features), quadrature))
@@ -235,17 +238,60 @@ def fit_kernel_ridge(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, qu
     return KernelRegressor("ntk", reg="cv", cv=reg.cv, psd_rtol=reg.psd_rtol, relative_grid=grid).fit(K, y)
 
 
+class KernelBlocks:
+    """Blocks of one candidate's kernel between groups of the run, each computed once.
+
+    Groups are tagged: training shells 0, 1, …, the test set −1, the rotated set −2, the
+    selection set −3. Descriptors are computed when a block first needs them. With a
+    ``cache_dir`` every block is a checksummed file (:class:`molntk.scale.BlockCache`)
+    keyed by the model, its hyperparameters, the feature and engine settings, the
+    molecules of every group and the molntk version, holding the matrix and the seconds
+    its computation took: a killed run, rerun, loads the finished blocks, recomputes the
+    rest, and reports the same kernels and times.
+    """
+
+    def __init__(self, candidate: Candidate, groups: dict[int, MoleculeGroup], key: dict[str, Any], cache_dir: Path | None):
+        from molntk.scale import BlockCache
+        from molntk.scale.molecular import molecule_fingerprint
+
+        self.candidate, self.groups = candidate, groups
+        self._descs: dict[int, Any] = {}
+        fingerprints = {str(tag): molecule_fingerprint(g.molecules) for tag, g in groups.items()}
+        material = json.dumps({**key, "candidate": candidate.params, "groups": fingerprints}, sort_keys=True, default=str)
+        self.cache = None if cache_dir is None else BlockCache(cache_dir, material)
+
+    def _desc(self, tag: int) -> Any:
+        if tag not in self._descs:
+            self._descs[tag] = self.candidate.kernel.describe(self.groups[tag])
+        return self._descs[tag]
+
+    def block(self, rows: int, cols: int | None) -> tuple[np.ndarray, float]:
+        """K(group rows, group cols) (cols None: rows with itself, symmetric) and its compute seconds."""
+        r, c = np.array([rows]), None if cols is None else np.array([cols])
+        if self.cache is not None and (hit := self.cache.load(r, c)) is not None:
+            return hit["kernel"], float(hit["seconds"])
+        start = time.perf_counter()
+        matrix = self.candidate.kernel(self._desc(rows), None if cols is None else self._desc(cols))
+        seconds = time.perf_counter() - start
+        if self.cache is not None:
+            self.cache.store(r, c, {"kernel": matrix, "seconds": np.asarray(seconds)})
+        return matrix, seconds
+
+
+SELECTION, TEST, ROTATED = -3, -1, -2
+
+
 def select_candidate(
-    candidates: list[Candidate], group: MoleculeGroup, y: np.ndarray, config: QM9PropertyConfig
+    candidates: list[Candidate], blocks: list[KernelBlocks], y: np.ndarray, config: QM9PropertyConfig
 ) -> tuple[int, list[dict[str, Any]]]:
-    """Index of the candidate with the lowest CV error on ``group`` (targets ``y``), and the search table."""
+    """Index of the candidate with the lowest CV error on the selection set (targets ``y``),
+    and the search table."""
     if len(candidates) == 1:
         return 0, [{"candidate": candidates[0].label, "params": candidates[0].params, "cv_rmse": None, "chosen": True}]
     rows = []
-    for cand in candidates:
-        start = time.perf_counter()
-        desc = cand.kernel.describe(group)
-        model = fit_kernel_ridge(cand.kernel(desc), y, config, cand.quadrature)
+    for cand, kernel_blocks in zip(candidates, blocks):
+        K, seconds = kernel_blocks.block(SELECTION, None)
+        model = fit_kernel_ridge(K, y, config, cand.quadrature)
         curve = model.info["cv"]
         rmse = math.sqrt(curve["score"][curve["best_index"]]) * float(np.mean(model.info["target_scale"]))
         rows.append({
@@ -254,7 +300,7 @@ def select_candidate(
             "cv_rmse": rmse,
             "reg_relative": model.info["reg_relative"],
             "at_grid_edge": curve["at_grid_edge"],
-            "seconds": time.perf_counter() - start,
+            "kernel_seconds": seconds,
         })
     best = int(np.argmin([row["cv_rmse"] for row in rows]))
     for i, row in enumerate(rows):
@@ -273,40 +319,27 @@ class ShellKernels:
     test_seconds: np.ndarray
 
 
-def shell_kernels(kernel: MoleculeKernel, sets: QM9Sets, progress: Progress | None, label: str) -> ShellKernels:
+def shell_kernels(blocks: KernelBlocks, sets: QM9Sets, progress: Progress | None, label: str) -> ShellKernels:
     """K(train, train), K(test, train), K(rotated, train), shell by shell (module docstring, step 3)."""
-    n, shells = sets.sizes[-1], sets.shells
+    n, n_shells = sets.sizes[-1], len(sets.shells)
     K = np.zeros((n, n))
     K_test = np.zeros((len(sets.test), n))
     K_rot = np.zeros((len(sets.rotated), n))
-    t_train, t_test = np.zeros(len(shells)), np.zeros(len(shells))
-    start = time.perf_counter()
-    test_desc = kernel.describe(sets.test)
-    rot_desc = kernel.describe(sets.rotated) if len(sets.rotated) else None
-    t_test[0] += time.perf_counter() - start
+    t_train, t_test = np.zeros(n_shells), np.zeros(n_shells)
     bounds = [0, *sets.sizes]
-    descs = []
-    total = len(shells) * (len(shells) + 1) // 2 + len(shells)
-    done = 0
-    for k, shell in enumerate(shells):
+    total, done = n_shells * (n_shells + 1) // 2 + n_shells, 0
+    for k in range(n_shells):
         rows = slice(bounds[k], bounds[k + 1])
-        start = time.perf_counter()
-        descs.append(kernel.describe(shell))
-        K[rows, rows] = kernel(descs[k])
-        done += 1
-        _report(progress, label, done, total)
-        for j in range(k):
+        for j in range(k + 1):
             cols = slice(bounds[j], bounds[j + 1])
-            block = kernel(descs[k], descs[j])
+            block, seconds = blocks.block(k, None if j == k else j)
             K[rows, cols], K[cols, rows] = block, block.T
+            t_train[k] += seconds
             done += 1
             _report(progress, label, done, total)
-        t_train[k] += time.perf_counter() - start
-        start = time.perf_counter()
-        K_test[:, rows] = kernel(test_desc, descs[k])
-        t_test[k] += time.perf_counter() - start
-        if rot_desc is not None:
-            K_rot[:, rows] = kernel(rot_desc, descs[k])
+        K_test[:, rows], t_test[k] = blocks.block(TEST, k)
+        if len(sets.rotated):
+            K_rot[:, rows] = blocks.block(ROTATED, k)[0]
         done += 1
         _report(progress, label, done, total)
     return ShellKernels(K, K_test, K_rot, np.cumsum(t_train), np.cumsum(t_test))
@@ -338,8 +371,11 @@ def _record(model: str, target: str, n: int, unit: str, y_true: np.ndarray, y_pr
 # ---------------------------------------------------------------------------------------
 
 
-def run_qm9_property(config: QM9PropertyConfig, source: str, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the pipeline; returns ``{"records", "search", "predictions", "kernel_seconds", "sizes"}``."""
+def run_qm9_property(
+    config: QM9PropertyConfig, source: str, progress: Progress | None = None, cache_dir: Path | None = None
+) -> dict[str, Any]:
+    """Run the pipeline (kernel blocks cached under ``cache_dir`` when given); returns
+    ``{"records", "search", "predictions", "kernel_seconds", "sizes", …}``."""
     if config.kernel.threads is not None:
         torch.set_num_threads(config.kernel.threads)
     dtype, device = engine_options(config)
@@ -358,11 +394,15 @@ def run_qm9_property(config: QM9PropertyConfig, source: str, progress: Progress 
         _dressed_atom_records(config, sets, targets, residual, records, predictions)
         selection = sets.selection(config.learning_curve.n_select)
         y_sel = np.stack([_residual_targets(sets, t, residual, config.learning_curve.n_select) for t in targets], axis=1)
+        groups_by_tag = {**dict(enumerate(sets.shells)), TEST: sets.test, ROTATED: sets.rotated, SELECTION: selection}
         for name, candidates in build_candidates(config, reduce, selection.molecules).items():
-            best, rows = select_candidate(candidates, selection, y_sel, config)
+            key = {"model": name, "reduce": reduce, "features": config.features.model_dump(),
+                   "kernel": config.kernel.model_dump(exclude={"threads", "device"})}
+            blocks = [KernelBlocks(c, groups_by_tag, key, cache_dir) for c in candidates]
+            best, rows = select_candidate(candidates, blocks, y_sel, config)
             search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
             chosen = candidates[best]
-            kernels = shell_kernels(chosen.kernel, sets, progress, name)
+            kernels = shell_kernels(blocks[best], sets, progress, name)
             kernel_seconds[name] = {"train": float(kernels.train_seconds[-1]), "test": float(kernels.test_seconds[-1])}
             for target in targets:
                 for k, n in enumerate(sets.sizes):

@@ -6,7 +6,9 @@ Writes into ``results/<config name>/`` (or ``output``): ``report.json`` (records
 times), ``metrics.csv``, ``learning_curve.png`` (log–log MAE against n_train, the 43 meV
 chemical-accuracy line for energies in meV; one file per target, suffixed with the
 target's name when there are several), ``parity.png`` (predicted against true at the
-largest n_train, one panel per model), ``predictions.csv`` and ``config.yaml``.
+largest n_train, one panel per model), ``predictions.csv`` and ``config.yaml``; with
+``cache: true`` the kernel blocks in ``kernel_cache/``, so that a killed run, rerun with
+the same command, resumes and reports the same numbers.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ def run_and_write(config: QM9PropertyConfig, source: str) -> dict[str, Any]:
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done)
 
-        result = run_qm9_property(config, source, progress)
-    out = output_dir(config.name, config.output)
+        out = output_dir(config.name, config.output)
+        cache = out / "kernel_cache" if config.cache else None
+        result = run_qm9_property(config, source, progress, cache)
     predictions = result.pop("predictions")
     test_targets = result.pop("test_targets")
     write_report(out, config=config.to_dict(), records=result["records"],

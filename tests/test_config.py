@@ -205,11 +205,12 @@ def test_empty_file_and_top_level_list(workdir: Path) -> None:
 
 
 def test_missing_and_unknown_task(workdir: Path) -> None:
-    assert problems(write("data: {}\n")) == ["x.yaml: task: missing required key (known tasks: qm9-summary)"]
+    known = ", ".join(TASK_MODELS)  # every registered task, in registration order
+    assert problems(write("data: {}\n")) == [f"x.yaml: task: missing required key (known tasks: {known})"]
     assert problems(write("task: qm9-sumary\n")) == [
         "x.yaml: task: unknown task 'qm9-sumary' (did you mean 'qm9-summary'?)"
     ]
-    assert problems(write("task: 3\n")) == ["x.yaml: task: expected a task name (one of qm9-summary), got 3"]
+    assert problems(write("task: 3\n")) == [f"x.yaml: task: expected a task name (one of {known}), got 3"]
 
 
 # ----------------------------------------------------------------------------- --set overrides

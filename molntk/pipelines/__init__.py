@@ -1,0 +1,7 @@
+"""Jobs that ``molntk run CONFIG`` starts, and the result files they share.
+
+- :mod:`~molntk.pipelines.report`: output folder, ``report.json``, ``config.yaml``,
+  ``metrics.csv``, learning-curve plot and terminal table (every pipeline);
+- :mod:`~molntk.pipelines.images`: C_n ⋉ R² NTK image classification
+  (``task: image-classification``: rotated digits, NCT-CRC-HE, PathMNIST).
+"""

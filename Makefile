@@ -16,11 +16,11 @@ $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"
-	$(VENV)/bin/python -m pip install -q -e ".[dev,baselines]"
+	$(VENV)/bin/python -m pip install -q -e ".[dev,baselines,distributed]"
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/molntk run configs/qm9_summary.yaml
+	$(VENV)/bin/molntk run configs/qm9_u0.yaml
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

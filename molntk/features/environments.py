@@ -257,6 +257,53 @@ def environment_features(
     )
 
 
+def _molecule_indices(indices: Sequence[int] | np.ndarray | Tensor, n_molecules: int, device: torch.device) -> Tensor:
+    """``indices`` as a flat int64 tensor on ``device``; ValueError outside 0..n_molecules-1."""
+    idx = indices if isinstance(indices, Tensor) else torch.as_tensor(np.asarray(indices, dtype=np.int64).reshape(-1))
+    idx = idx.to(device=device, dtype=torch.int64).flatten()
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n_molecules):
+        raise ValueError(f"molecule indices must lie in 0..{n_molecules - 1}, got min {int(idx.min())}, max {int(idx.max())}")
+    return idx
+
+
+def molecule_rows(molecule_index: Tensor, n_molecules: int, indices: Sequence[int] | np.ndarray | Tensor) -> tuple[Tensor, Tensor]:
+    """Rows of the environments of molecules ``indices`` (in that order) and their new
+    molecule index 0..len(indices)-1, for environments ordered by molecule.
+
+    With counts c_m and offsets o_m = Σ_{m'<m} c_{m'}, molecule ``indices[k]`` contributes
+    rows o_m … o_m + c_m − 1, all labelled k (vectorised: no loop over molecules).
+    Raises ValueError for an index outside 0..n_molecules-1.
+    """
+    device = molecule_index.device
+    idx = _molecule_indices(indices, n_molecules, device)
+    counts = torch.bincount(molecule_index, minlength=n_molecules)
+    offsets = torch.cumsum(counts, 0) - counts
+    sel_counts = counts[idx]
+    new_index = torch.repeat_interleave(torch.arange(idx.numel(), device=device), sel_counts)
+    shift = torch.repeat_interleave(offsets[idx] - (torch.cumsum(sel_counts, 0) - sel_counts), sel_counts)
+    return shift + torch.arange(new_index.numel(), device=device), new_index
+
+
+def select_molecules(feats: EnvironmentBatch | PaddedFeatures, indices: Sequence[int] | np.ndarray | Tensor) -> EnvironmentBatch | PaddedFeatures:
+    """The features of molecules ``indices`` (in that order, repeats allowed), equal to those
+    computed for that list: compute features once for a molecule set, then take subsets."""
+    if isinstance(feats, PaddedFeatures):
+        idx = _molecule_indices(indices, feats.coeffs.shape[0], feats.coeffs.device)
+        return PaddedFeatures(feats.coeffs[idx], feats.mask[idx], feats.centre_numbers[idx], feats.config)
+    if not isinstance(feats, EnvironmentBatch):
+        raise TypeError(f"select_molecules needs an EnvironmentBatch or PaddedFeatures, got {type(feats).__name__}")
+    idx = _molecule_indices(indices, feats.n_molecules, feats.molecule_index.device)
+    rows, new_index = molecule_rows(feats.molecule_index, feats.n_molecules, idx)
+    return EnvironmentBatch(
+        coeffs=feats.coeffs[rows],
+        centre_numbers=feats.centre_numbers[rows],
+        molecule_index=new_index,
+        atom_index=feats.atom_index[rows],
+        n_molecules=int(idx.numel()),
+        config=feats.config,
+    )
+
+
 def padded_features(
     molecules: Molecule | Sequence[Molecule],
     config: FeatureConfig | None = None,

@@ -1,0 +1,53 @@
+"""Kernel matrices at large N: blocks under a memory budget, an on-disk cache, GPUs and Dask.
+
+Entry point (:mod:`molntk.scale.engine`)::
+
+    from molntk.scale import MolecularBlockKernel, kernel_matrices, rich_progress
+
+    bk = MolecularBlockKernel(kernel, molecules, feature_config=fc)   # features once
+    with rich_progress() as bar:
+        K = kernel_matrices(bk, train_idx, test_idx, cache_dir="cache/kernels", progress=bar)
+    K["ntk_train"], K["ntk_test"], K["nngp_train"], K["nngp_test"]      # float64 numpy
+
+``kernel_matrices(block_kernel, train_idx, test_idx=None, *, cache_dir=None,
+memory_budget_mb=None, block_size=None, executor=None, progress=None)`` returns
+``{name + "_train": (n, n), name + "_test": (m, n)}`` for the block kernel's matrices.
+Indices are positions in the block kernel's molecule list. Train × train blocks are
+computed once per unordered pair and mirrored; ``cache_dir`` makes runs resumable (a
+killed run rerun gives bit-identical matrices); ``executor`` is
+:class:`SerialExecutor` (default without CUDA), :class:`DeviceExecutor` (all visible GPUs,
+default with CUDA) or :class:`DaskExecutor` (``DaskExecutor.local(n_workers)`` or
+``DaskExecutor.connect(address)``, used as context managers).
+
+Modules: :mod:`~molntk.scale.blocks` (block kernel protocol, plan),
+:mod:`~molntk.scale.memory` (budget → block side), :mod:`~molntk.scale.cache` (checksummed
+block files), :mod:`~molntk.scale.executors`, :mod:`~molntk.scale.molecular` (the adapter),
+:mod:`~molntk.scale.progress`, :mod:`~molntk.scale.engine`.
+"""
+
+from molntk.scale.blocks import BlockKernel, plan_blocks
+from molntk.scale.cache import BlockCache, DamagedBlockWarning
+from molntk.scale.engine import default_executor, kernel_matrices
+from molntk.scale.executors import DaskExecutor, DeviceExecutor, SerialExecutor, cuda_devices, round_robin
+from molntk.scale.memory import block_side, default_memory_budget
+from molntk.scale.molecular import MolecularBlockKernel, molecule_fingerprint
+from molntk.scale.progress import rich_progress
+
+__all__ = [
+    "BlockCache",
+    "BlockKernel",
+    "DamagedBlockWarning",
+    "DaskExecutor",
+    "DeviceExecutor",
+    "MolecularBlockKernel",
+    "SerialExecutor",
+    "block_side",
+    "cuda_devices",
+    "default_executor",
+    "default_memory_budget",
+    "kernel_matrices",
+    "molecule_fingerprint",
+    "plan_blocks",
+    "rich_progress",
+    "round_robin",
+]

@@ -1,0 +1,255 @@
+"""Block engine, block cache, executors (serial, devices, Dask) and large-N solvers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scale_job import SlowBlockKernel, compute, tiny_kernel
+
+from molntk.baselines import CoulombMatrix, LaplacianKernel
+from molntk.features.environments import environment_features, select_molecules
+from molntk.regression.solvers import cholesky_solve, nystrom_solve, pcg_solve, solver_errors
+from molntk.scale import (
+    DamagedBlockWarning,
+    DeviceExecutor,
+    MolecularBlockKernel,
+    SerialExecutor,
+    block_side,
+    kernel_matrices,
+    plan_blocks,
+    round_robin,
+)
+from molntk.scale.cache import CHECKSUM
+
+JOB = Path(__file__).with_name("scale_job.py")
+TRAIN, TEST = np.arange(24), np.arange(24, 30)
+
+
+@pytest.fixture(scope="module")
+def molecules(qm9):
+    return qm9.molecules(range(30))
+
+
+@pytest.fixture(scope="module")
+def block_kernel(molecules) -> MolecularBlockKernel:
+    kernel, features = tiny_kernel()
+    return MolecularBlockKernel(kernel, molecules, feature_config=features)
+
+
+def test_selected_features_equal_features_of_the_sublist(molecules):
+    _, config = tiny_kernel()
+    order = [7, 3, 3, 12, 0]
+    sub = select_molecules(environment_features(molecules, config), order)
+    direct = environment_features([molecules[i] for i in order], config)
+    assert sub.n_molecules == direct.n_molecules == 5
+    for name in ("coeffs", "centre_numbers", "molecule_index", "atom_index"):
+        assert torch.equal(getattr(sub, name), getattr(direct, name)), name
+    with pytest.raises(ValueError, match="0..29"):
+        select_molecules(environment_features(molecules, config), [30])
+
+
+def test_plan_computes_each_symmetric_block_once():
+    blocks = plan_blocks(np.arange(10), np.arange(10, 13), 4)
+    train = [b for b in blocks if b.matrix == "train"]
+    assert len(train) == 3 * 4 // 2 and sum(b.cols is None for b in train) == 3
+    assert all(b.row_slice.start <= b.col_slice.start for b in train)
+    assert len(blocks) - len(train) == 1 * 3
+
+
+def test_block_side_from_memory_budget():
+    assert block_side(10_000, budget_bytes=64 * 100**2, bytes_per_pair=64) == 100
+    assert block_side(10_000, budget_bytes=2**40, bytes_per_pair=64, max_block=256) == 256
+    assert block_side(50, budget_bytes=2**40, bytes_per_pair=64) == 50
+    with pytest.raises(ValueError, match="below one molecule pair"):
+        block_side(10, budget_bytes=10, bytes_per_pair=64)
+
+
+def test_block_assembly_equals_one_shot_kernel(block_kernel, molecules, one_thread):
+    """Blocks of 5 (uneven last block, memory-budget path) against one kernel call.
+
+    Not bit-for-bit: the one-shot call sums the atom-pair kernels of a molecule pair inside
+    larger environment blocks, so the floating-point additions are associated differently;
+    each entry is a sum of ≤ 29² positive O(1) terms, so the rounding differences are
+    ≲ 29² · 2⁻⁵³ relative — 1e-12 leaves a wide margin and still catches any misplaced block.
+    """
+    kernel, config = tiny_kernel()
+    train = environment_features(molecules[:24], config)
+    one_shot = kernel(train)
+    one_shot_test = kernel(environment_features(molecules[24:], config), train)
+    K = kernel_matrices(block_kernel, TRAIN, TEST, memory_budget_mb=64 * 25 / 2**20, executor=SerialExecutor())
+    assert sorted(K) == ["nngp_test", "nngp_train", "ntk_test", "ntk_train"]
+    for name in ("nngp", "ntk"):
+        ref, ref_test = getattr(one_shot, name).numpy(), getattr(one_shot_test, name).numpy()
+        scale = np.abs(ref).max()
+        assert np.abs(K[f"{name}_train"] - ref).max() <= 1e-12 * scale
+        assert np.abs(K[f"{name}_test"] - ref_test).max() <= 1e-12 * scale
+    # molecules in any order: the blocks follow the index arrays
+    perm = np.random.default_rng(0).permutation(24)
+    K_perm = kernel_matrices(block_kernel, perm, block_size=7, executor=SerialExecutor())
+    assert np.abs(K_perm["ntk_train"] - K["ntk_train"][np.ix_(perm, perm)]).max() <= 1e-12 * np.abs(K["ntk_train"]).max()
+
+
+def test_baseline_kernels_through_the_block_engine(molecules):
+    kernel = LaplacianKernel(CoulombMatrix(), sigma=500.0)
+    K = kernel_matrices(MolecularBlockKernel(kernel, molecules), TRAIN, TEST, block_size=5, executor=SerialExecutor())
+    assert np.array_equal(K["kernel_train"], kernel(molecules[:24]).numpy())
+    np.testing.assert_allclose(K["kernel_test"], kernel(molecules[24:], molecules[:24]).numpy(), rtol=1e-14)
+
+
+def test_device_executor_round_robin_and_equal_to_serial(block_kernel, one_thread):
+    assert round_robin(5, 2) == [[0, 2, 4], [1, 3]]
+    serial = kernel_matrices(block_kernel, TRAIN, TEST, block_size=6, executor=SerialExecutor())
+    devices = kernel_matrices(block_kernel, TRAIN, TEST, block_size=6, executor=DeviceExecutor(["cpu", "cpu"]))
+    for name in serial:
+        assert np.array_equal(serial[name], devices[name]), name
+
+
+def test_corrupted_cache_block_is_detected_and_recomputed(block_kernel, tmp_path, one_thread):
+    counted = SlowBlockKernel(block_kernel, 0.0)
+    first = kernel_matrices(counted, TRAIN, TEST, cache_dir=tmp_path, block_size=8, executor=SerialExecutor())
+    n_blocks = counted.computed
+    assert n_blocks == 3 * 4 // 2 + 3
+    files = sorted(_blocks(tmp_path))
+    assert len(files) == n_blocks
+    # a well-formed npz with one altered value and the old checksum: only the checksum can tell
+    with np.load(files[0]) as data:
+        arrays = {k: data[k] for k in data.files}
+    arrays["ntk"] = arrays["ntk"].copy()
+    arrays["ntk"].flat[0] *= 1.0 + 1e-9
+    np.savez(files[0], **arrays)
+    files[1].write_bytes(files[1].read_bytes()[:100])  # truncated
+    again = SlowBlockKernel(block_kernel, 0.0)
+    with pytest.warns(DamagedBlockWarning) as warned:
+        second = kernel_matrices(again, TRAIN, TEST, cache_dir=tmp_path, block_size=8, executor=SerialExecutor())
+    damaged = [str(w.message) for w in warned if w.category is DamagedBlockWarning]
+    assert again.computed == 2 and len(damaged) == 2, [str(w.message) for w in warned]
+    assert any("checksum mismatch" in m for m in damaged)
+    for name in first:
+        assert np.array_equal(first[name], second[name]), name
+    third = SlowBlockKernel(block_kernel, 0.0)
+    kernel_matrices(third, TRAIN, TEST, cache_dir=tmp_path, block_size=8, executor=SerialExecutor())
+    assert third.computed == 0  # the rewritten blocks are valid
+    with np.load(files[0]) as data:
+        assert CHECKSUM in data.files
+
+
+def _blocks(cache: Path) -> list[Path]:
+    """Block files of a cache (not the temporary files of a write in progress)."""
+    return [p for p in cache.glob("*/*.npz") if not p.name.startswith(".")]
+
+
+def _job(cache: Path, out: Path, delay: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(JOB), str(cache), str(out), str(delay)], stdout=subprocess.PIPE, text=True)
+
+
+def test_killed_run_resumes_bit_identically(tmp_path, one_thread):
+    """SIGKILL a cached run after its first blocks are on disk; the rerun computes only the
+    missing blocks, and its matrices equal those of an uninterrupted run bit for bit."""
+    reference, computed = compute(str(tmp_path / "ref-cache"), 0.0)  # same job, this process
+    assert computed == 21 + 12
+
+    cache = tmp_path / "cache"
+    victim = _job(cache, tmp_path / "resumed.npz", 0.15)
+    deadline = time.monotonic() + 120
+    while len(_blocks(cache)) < 3:
+        assert victim.poll() is None, "the run finished before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(victim.pid, signal.SIGKILL)
+    assert victim.wait(timeout=30) == -signal.SIGKILL
+    on_disk = len(_blocks(cache))
+    assert 3 <= on_disk < 33 and not (tmp_path / "resumed.npz").exists()
+
+    rerun = _job(cache, tmp_path / "resumed.npz", 0.0)
+    assert rerun.wait(timeout=120) == 0
+    assert json.loads(rerun.stdout.read())["computed"] == 33 - on_disk
+    with np.load(tmp_path / "resumed.npz") as resumed:
+        assert sorted(resumed.files) == sorted(reference)
+        for name in reference:
+            assert np.array_equal(reference[name], resumed[name]), name
+
+
+def test_dask_with_two_local_workers_equals_serial(block_kernel, one_thread):
+    pytest.importorskip("distributed")
+    from molntk.scale import DaskExecutor
+
+    serial = kernel_matrices(block_kernel, TRAIN, TEST, block_size=6, executor=SerialExecutor())
+    with DaskExecutor.local(n_workers=2) as executor:
+        assert len(executor.client.nthreads()) == 2
+        dask = kernel_matrices(block_kernel, TRAIN, TEST, block_size=6, executor=executor)
+    for name in serial:
+        assert np.array_equal(serial[name], dask[name]), name
+
+
+def test_bad_inputs_are_named(block_kernel):
+    with pytest.raises(ValueError, match="test_idx has molecule index 30"):
+        kernel_matrices(block_kernel, TRAIN, [30])
+    with pytest.raises(ValueError, match="train_idx must be a 1-d array"):
+        kernel_matrices(block_kernel, np.zeros((2, 2), dtype=int))
+    with pytest.raises(TypeError, match="no compute_block"):
+        kernel_matrices(object(), TRAIN)
+
+
+# ---------------------------------------------------------------------------- solvers
+
+
+@pytest.fixture(scope="module")
+def problem() -> tuple[np.ndarray, np.ndarray, float]:
+    """An RBF kernel on 300 points in 3-d, three targets, λ = 0.1 (cond(K + λI) ≈ 10³)."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 3))
+    K = np.exp(-((x[:, None] - x[None]) ** 2).sum(-1) / 2)
+    return K, rng.normal(size=(300, 3)), 0.1
+
+
+def test_cholesky_and_pcg_agree_with_numpy_solve(problem):
+    K, Y, reg = problem
+    exact = np.linalg.solve(K + reg * np.eye(len(K)), Y)
+    scale = np.abs(exact).max()
+    assert np.abs(cholesky_solve(K, Y, reg).x - exact).max() <= 1e-10 * scale
+    for preconditioner in ("pivoted-cholesky", "jacobi"):
+        sol = pcg_solve(K, Y, reg, preconditioner=preconditioner, rank=40, tol=1e-11)
+        assert sol.residual <= 1e-11 and sol.iterations < len(K), preconditioner
+        # ‖x − x*‖/‖x*‖ ≤ cond · residual ≈ 10³ · 1e-11
+        assert np.abs(sol.x - exact).max() <= 1e-7 * scale, preconditioner
+    one = pcg_solve(K, Y[:, 0], reg, tol=1e-11)
+    assert one.x.shape == (300,) and np.abs(one.x - exact[:, 0]).max() <= 1e-7 * scale
+
+
+def test_pivoted_cholesky_preconditioner_needs_fewer_iterations(problem):
+    K, Y, reg = problem
+    jacobi = pcg_solve(K, Y, reg, preconditioner="jacobi", tol=1e-10)
+    pivoted = pcg_solve(K, Y, reg, preconditioner="pivoted-cholesky", rank=60, tol=1e-10)
+    assert pivoted.iterations < jacobi.iterations
+
+
+def test_nystrom_error_is_reported_and_decreases_with_inducing_points(problem):
+    K, Y, reg = problem
+    rows = solver_errors(K, Y, reg, preconditioners=("pivoted-cholesky",), rank=40, tol=1e-11, inducing_sizes=(10, 40, 120, 300))
+    assert [r["method"] for r in rows] == ["cholesky", "pcg-pivoted-cholesky"] + ["nystrom"] * 4
+    assert rows[1]["solution_error"] < 1e-7
+    nystrom = rows[2:]
+    for key in ("solution_error", "fit_error"):
+        errors = [r[key] for r in nystrom]
+        assert all(a > b for a, b in itertools.pairwise(errors)), (key, errors)
+        assert errors[0] > 1e-3 and errors[-1] < 1e-8, (key, errors)  # m = n is the exact solve
+
+
+def test_nystrom_predicts_from_inducing_columns_only(problem):
+    K, Y, reg = problem
+    idx = np.arange(0, 300, 3)
+    sol = nystrom_solve(K[:, idx], K[np.ix_(idx, idx)], Y, reg, inducing=idx)
+    # K̃ X = K_nS W_S, with K̃ = K_nS K_SS⁻¹ K_Sn
+    K_tilde = K[:, idx] @ np.linalg.solve(K[np.ix_(idx, idx)], K[idx])
+    np.testing.assert_allclose(K[:, idx] @ sol.inducing_weights, K_tilde @ sol.x, rtol=1e-6, atol=1e-8 * np.abs(K_tilde @ sol.x).max())
+    np.testing.assert_allclose((K_tilde + reg * np.eye(300)) @ sol.x, Y, atol=1e-6)

@@ -7,7 +7,9 @@ activation of σ is
     Ḟ(k12; k11, k22)  = E[σ'(u) σ'(v)]          (NTK rule: Θ' = Θ · Ḟ)
 
 Each :class:`Activation` carries the finite-width function (``apply``, used by the
-finite networks that test the kernels) next to these closed forms (``dual``).
+finite networks that test the kernels) next to these closed forms (``dual``). A dual
+never modifies its arguments, k11 and k22 broadcast against k12, and the Ḟ it returns is
+a fresh tensor (callers may update it in place).
 """
 
 from __future__ import annotations
@@ -25,33 +27,35 @@ _CLAMP = 1e-12
 
 
 def _relu_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
-    """Arc-cosine kernel of degree 1 (Cho & Saul 2009):
+    """Arc-cosine kernel of degree 1 (Cho & Saul 2009), θ = arccos(k12 / √(k11 k22)):
 
-    F = √(k11 k22) / (2π) · (sin θ + (π − θ) cos θ),   Ḟ = (π − θ) / (2π),
-    θ = arccos(k12 / √(k11 k22)).
+    F = √(k11 k22) / (2π) · (sin θ + (π − θ) cos θ) = √(k11 k22) sin θ / (2π) + k12 Ḟ,
+    Ḟ = (π − θ) / (2π).
+
+    sin θ = √(1 − cos² θ) is taken from the same clamped cos θ as θ, so F stays a smooth
+    function of the rounded correlation near cos θ = ±1. Nine passes over the big tensor,
+    two of them allocating.
     """
-    norm = torch.sqrt(k11 * k22)  # broadcast shape of the variances, usually small
-    inv_norm = torch.where(norm > 0, 1 / torch.where(norm > 0, norm, torch.ones_like(norm)), torch.zeros_like(norm))
+    prod = k11 * k22  # broadcast shape of the variances, usually small
     # a zero-variance input has k12 = 0: cos = 0, θ = π/2, F = 0, Ḟ = 1/4 (the limit)
-    cos = torch.clamp_(k12 * inv_norm, -1.0, 1.0)
-    theta = torch.arccos(cos)
-    fdot = (math.pi - theta).mul_(1 / (2 * math.pi))
-    sin = torch.sqrt_(torch.clamp_(1 - cos * cos, min=0.0))
-    f = sin.add_(cos.mul_(fdot).mul_(2 * math.pi)).mul_(norm / (2 * math.pi))
+    inv_norm = torch.where(prod > 0, torch.rsqrt(prod), torch.zeros_like(prod))
+    cos = torch.mul(k12, inv_norm).clamp_(-1.0, 1.0)
+    sin = torch.addcmul(cos.new_ones(()), cos, cos, value=-1.0).sqrt_()  # 1 − cos² ≥ 0 as |cos| ≤ 1
+    fdot = cos.acos_().mul_(-1 / (2 * math.pi)).add_(0.5)
+    f = sin.mul_(torch.sqrt(prod) * (1 / (2 * math.pi))).addcmul_(k12, fdot)
     return f, fdot
 
 
 def _erf_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
-    """Dual of erf (Williams 1997):
+    """Dual of erf (Williams 1997), with d = (1 + 2 k11)(1 + 2 k22) and ρ = 2 k12 / √d:
 
-    F = (2/π) arcsin(2 k12 / √((1 + 2 k11)(1 + 2 k22))),
-    Ḟ = (4/π) / √((1 + 2 k11)(1 + 2 k22) − 4 k12²).
+    F = (2/π) arcsin ρ,   Ḟ = (4/π) / √(d − 4 k12²) = (4/π) d^{-1/2} (1 − ρ²)^{-1/2}.
     """
     inv_sqrt_d = torch.rsqrt((1 + 2 * k11) * (1 + 2 * k22))  # broadcast shape, usually small
-    rho = torch.clamp_(k12 * (2 * inv_sqrt_d), -1 + _CLAMP, 1 - _CLAMP)
-    # Ḟ = (4/π) d^{-1/2} (1 − ρ²)^{-1/2}, written with ρ so that each big tensor is touched once per op
-    fdot = torch.rsqrt_(torch.clamp_(1 - rho * rho, min=_CLAMP)).mul_((4 / math.pi) * inv_sqrt_d)
-    f = torch.arcsin_(rho).mul_(2 / math.pi)
+    rho = torch.mul(k12, 2 * inv_sqrt_d).clamp_(-1 + _CLAMP, 1 - _CLAMP)
+    fdot = torch.addcmul(rho.new_ones(()), rho, rho, value=-1.0).clamp_(min=_CLAMP).rsqrt_()
+    fdot.mul_((4 / math.pi) * inv_sqrt_d)
+    f = rho.asin_().mul_(2 / math.pi)
     return f, fdot
 
 

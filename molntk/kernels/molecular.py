@@ -14,7 +14,9 @@ pairs of an environment kernel k (one SO(3) network per centre element by defaul
 kernels are evaluated in blocks of at most ``block_size`` environments per side, so the
 memory of a call is bounded by the block size, not by the number of molecules; for a
 symmetric call (x2 omitted) on a grid closed under inversion only blocks on or above the
-diagonal are computed.
+diagonal are computed. The per-environment part of the recursion (self-kernels, whose
+variances the nonlinearities need) is computed once per environment and call, and each
+block's cross kernels are evaluated in cache-sized tiles (:meth:`SO3Network.cross_kernel`).
 """
 
 from __future__ import annotations
@@ -62,11 +64,18 @@ class MolecularKernel:
     @property
     def symmetric_grid(self) -> bool:
         """Whether env kernels are exactly symmetric (exact mode, or a grid closed under inversion)."""
-        return self.ctx.mode == "exact" or self.ctx.grid.sampling == "gauss-legendre"
+        return self.ctx.symmetric
 
     def env_kernel(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
         out = self.network.kernel(x1, x2, ctx=self.ctx, ntk=True)
         return out.nngp, out.ntk
+
+    def _self_kernels(self, x: Tensor) -> list[Tensor]:
+        return self.network.self_kernels(x, ctx=self.ctx)
+
+    def _cross(self, x1: Tensor, x2: Tensor, self1: list[Tensor], self2: list[Tensor], symmetric: bool) -> tuple[Tensor, Tensor]:
+        """Env kernels of x1 × x2 from their self-kernels (``symmetric``: x2 is x1)."""
+        return self.network.cross_kernel(x1, x2, self1, self2, ctx=self.ctx, ntk=True, symmetric=symmetric)
 
     def __call__(
         self,
@@ -100,11 +109,16 @@ class MolecularKernel:
         return {int(e): torch.nonzero(z == e).flatten() for e in torch.unique(z).tolist()}
 
     def _pair_sum(self, f1: EnvironmentBatch, f2: EnvironmentBatch | None, progress) -> tuple[Tensor, Tensor]:
+        """Σ over same-group atom pairs, blockwise; self-kernels computed once per environment."""
         same = f2 is None
         f2 = f1 if same else f2
         dtype, device = self.ctx.dtype, self.ctx.device
         nngp = torch.zeros(f1.n_molecules, f2.n_molecules, dtype=dtype, device=device)
         ntk = torch.zeros_like(nngp)
+        x1 = f1.coeffs.to(dtype=dtype, device=device)
+        x2 = x1 if same else f2.coeffs.to(dtype=dtype, device=device)
+        self1 = self._self_kernels(x1)
+        self2 = self1 if same else self._self_kernels(x2)
         groups1, groups2 = self._groups(f1), self._groups(f2)
         tasks = []
         for key, idx1 in groups1.items():
@@ -119,9 +133,9 @@ class MolecularKernel:
                         continue
                     tasks.append((b1, b2, same and i == j, same and self.symmetric_grid and j > i))
         for done, (b1, b2, diagonal, mirrored) in enumerate(tasks):
-            x1 = f1.coeffs[b1]
-            k_nngp, k_ntk = self.env_kernel(x1, None if diagonal else f2.coeffs[b2])
             m1, m2 = f1.molecule_index[b1].to(device), f2.molecule_index[b2].to(device)
+            b1, b2 = b1.to(device), b2.to(device)
+            k_nngp, k_ntk = self._cross(x1[b1], x2[b2], [s[b1] for s in self1], [s[b2] for s in self2], diagonal)
             for target, k in ((nngp, k_nngp), (ntk, k_ntk)):
                 _scatter_block(target, k, m1, m2)
                 if mirrored:
@@ -145,20 +159,24 @@ class MolecularKernel:
         dtype, device = self.ctx.dtype, self.ctx.device
         nngp = torch.zeros(f1.coeffs.shape[0], f2.coeffs.shape[0], dtype=dtype, device=device)
         ntk = torch.zeros_like(nngp)
-        zero = torch.zeros_like(f1.coeffs[:1, 0])
+        zero = torch.zeros(f1.coeffs[:1, 0].shape, dtype=dtype, device=device)
+        zero_self = self._self_kernels(zero)
         n_atoms = f1.coeffs.shape[1]
         for atom in range(n_atoms):
             rows = torch.nonzero(f1.mask[:, atom]).flatten().to(device)
             cols = rows if same else torch.nonzero(f2.mask[:, atom]).flatten().to(device)
             pad_rows = torch.nonzero(~f1.mask[:, atom]).flatten().to(device)
             pad_cols = pad_rows if same else torch.nonzero(~f2.mask[:, atom]).flatten().to(device)
-            x1, x2 = f1.coeffs[rows, atom], f2.coeffs[cols, atom]
-            for target, k in zip((nngp, ntk), self._dense_block(x1, None if same else x2)):
+            x1 = f1.coeffs[rows, atom].to(dtype=dtype, device=device)
+            x2 = x1 if same else f2.coeffs[cols, atom].to(dtype=dtype, device=device)
+            self1 = self._self_kernels(x1)
+            self2 = self1 if same else self._self_kernels(x2)
+            for target, k in zip((nngp, ntk), self._dense_block(x1, x2, self1, self2, same)):
                 target[rows[:, None], cols[None, :]] += k
             if len(pad_rows) or len(pad_cols):
-                zz = self.env_kernel(zero, None)
-                z_col = self.env_kernel(zero, x2) if len(cols) else None  # (1, |cols|)
-                x_z = self.env_kernel(x1, zero) if len(rows) else None  # (|rows|, 1)
+                zz = self._cross(zero, zero, zero_self, zero_self, True)
+                z_col = self._cross(zero, x2, zero_self, self2, False) if len(cols) else None  # (1, |cols|)
+                x_z = self._cross(x1, zero, self1, zero_self, False) if len(rows) else None  # (|rows|, 1)
                 for t, target in enumerate((nngp, ntk)):
                     if len(pad_rows) and len(cols):
                         target[pad_rows[:, None], cols[None, :]] += z_col[t]
@@ -170,11 +188,11 @@ class MolecularKernel:
                 progress(atom + 1, n_atoms)
         return nngp, ntk
 
-    def _dense_block(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Environment kernels between all rows of x1 and x2 (x2 None: x1 with itself), in
-        blocks of ``block_size``; symmetric calls compute blocks on/above the diagonal only."""
-        same = x2 is None
-        x2 = x1 if same else x2
+    def _dense_block(
+        self, x1: Tensor, x2: Tensor, self1: list[Tensor], self2: list[Tensor], same: bool
+    ) -> tuple[Tensor, Tensor]:
+        """Environment kernels between all rows of x1 and x2 (``same``: x2 is x1), in blocks
+        of ``block_size``; symmetric calls compute blocks on/above the diagonal only."""
         nngp = torch.zeros(x1.shape[0], x2.shape[0], dtype=self.ctx.dtype, device=self.ctx.device)
         ntk = torch.zeros_like(nngp)
         starts1 = range(0, x1.shape[0], self.block_size)
@@ -184,7 +202,8 @@ class MolecularKernel:
                 if same and self.symmetric_grid and j < i:
                     continue
                 sa, sb = slice(a, a + self.block_size), slice(b, b + self.block_size)
-                k_nngp, k_ntk = self.env_kernel(x1[sa], None if same and i == j else x2[sb])
+                diagonal = same and i == j
+                k_nngp, k_ntk = self._cross(x1[sa], x2[sb], [s[sa] for s in self1], [s[sb] for s in self2], diagonal)
                 nngp[sa, sb], ntk[sa, sb] = k_nngp, k_ntk
                 if same and self.symmetric_grid and j > i:
                     nngp[sb, sa], ntk[sb, sa] = k_nngp.T, k_ntk.T

@@ -40,6 +40,18 @@ class Discretisation:
             self._measure = build(self.grid, self.band_limit)
         return self._measure
 
+    @property
+    def symmetric(self) -> bool:
+        """Whether kernel matrices are exactly symmetric: exact mode, or a fast-mode grid
+        closed under inversion (Gauss–Legendre), where ψ_{ff'}(u_k) = ψ_{f'f}(u_k⁻¹) permutes
+        the support."""
+        return self.mode == "exact" or self.grid.sampling == "gauss-legendre"
+
+    @property
+    def support_size(self) -> int:
+        """Entries of a kernel function on the group: the measure's K points + the identity."""
+        return self.measure.size + 1
+
     @cached_property
     def node_blocks(self) -> list[Tensor]:
         """D^l(g_a) at the grid nodes, l < band_limit, in the working dtype/device (finite twins)."""

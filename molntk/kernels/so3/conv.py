@@ -28,34 +28,49 @@ import torch
 from torch import Tensor, nn
 
 from molntk.kernels.so3.context import Discretisation
-from molntk.kernels.so3.state import GroupKernel, PooledKernel
-
-
-def project(psi: Tensor, analysis: Tensor, synthesis: Tensor) -> Tensor:
-    """P_L ψ on the support: (ψ · analysis) · synthesisᵀ over the last axis."""
-    shape = psi.shape
-    flat = psi.reshape(-1, shape[-1])
-    return ((flat @ analysis) @ synthesis.T).reshape(shape)
+from molntk.kernels.so3.state import GroupKernel, PooledKernel, apply_rule
 
 
 @dataclass(frozen=True)
 class GroupConv:
-    """Global-support SO(3) group convolution with band-limited filters (l < band_limit)."""
+    """Global-support SO(3) group convolution with band-limited filters (l < band_limit).
+
+    P_L is linear, so Θ' = σ_w² P_L[K + Θ] + σ_b²: the rule analyses K and Θ (two GEMMs
+    onto the Wigner coefficients, summed there) and synthesises K' and Θ' in one GEMM.
+    """
 
     band_limit: int
     sigma_w: float = 1.0
     sigma_b: float = 0.0
 
+    def rule(
+        self, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, ctx: Discretisation
+    ) -> tuple[Tensor, Tensor | None]:
+        """K' = σ_w² P_L[K] + σ_b², Θ' = σ_w² P_L[K + Θ] + σ_b² on (..., K+1) tensors."""
+        analysis, synthesis = ctx.measure.projection_tables(self.band_limit, ctx.dtype, ctx.device)
+        shape = nngp.shape
+        coeffs = nngp.reshape(-1, shape[-1]) @ analysis
+        if ntk is not None:
+            coeffs = torch.cat([coeffs, torch.addmm(coeffs, ntk.reshape(-1, shape[-1]), analysis)])
+        out = torch.addmm(coeffs.new_tensor(self.sigma_b**2), coeffs, synthesis.T, alpha=self.sigma_w**2)
+        if ntk is None:
+            return out.view(shape), None
+        out = out.view((2,) + shape)
+        return out[0], out[1]
+
+    def pool_rule(
+        self, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, ctx: Discretisation
+    ) -> tuple[Tensor, Tensor | None]:
+        """This layer followed by Pool (valid when :meth:`pools_exactly`): mean K' = σ_w² mean K + σ_b²,
+        mean Θ' = mean K' + σ_w² mean Θ."""
+        w = ctx.measure.mean_weights(ctx.dtype, ctx.device)
+        pooled = (nngp @ w).mul_(self.sigma_w**2).add_(self.sigma_b**2)
+        return pooled, None if ntk is None else torch.add(pooled, ntk @ w, alpha=self.sigma_w**2)
+
     def kernel(self, state: GroupKernel, ctx: Discretisation, *, ntk: bool) -> GroupKernel:
         if not isinstance(state, GroupKernel):
             raise TypeError("GroupConv needs a signal on SO(3): put it after Lift and before Pool")
-        analysis, synthesis = ctx.measure.projection_tables(self.band_limit, ctx.dtype, ctx.device)
-        w2, b2 = self.sigma_w**2, self.sigma_b**2
-        nngp = w2 * project(state.nngp, analysis, synthesis) + b2
-        self1 = w2 * project(state.self1, analysis, synthesis) + b2
-        self2 = self1 if state.self2 is state.self1 else w2 * project(state.self2, analysis, synthesis) + b2
-        theta = nngp + w2 * project(state.ntk, analysis, synthesis) if ntk and state.ntk is not None else None
-        return GroupKernel(nngp=nngp, ntk=theta, self1=self1, self2=self2)
+        return apply_rule(self.rule, state, ctx, ntk=ntk, pools=False)
 
     def pools_exactly(self, ctx: Discretisation) -> bool:
         """Whether ``ctx``'s measure integrates every D^l, l < band_limit, exactly."""
@@ -65,13 +80,7 @@ class GroupConv:
         """This layer followed by Pool, without the synthesis (valid when :meth:`pools_exactly`)."""
         if not self.pools_exactly(ctx):
             raise ValueError(f"{ctx.grid.describe()} does not integrate degree {self.band_limit - 1} exactly")
-        w = ctx.measure.mean_weights(ctx.dtype, ctx.device)
-        w2, b2 = self.sigma_w**2, self.sigma_b**2
-        nngp = w2 * (state.nngp @ w) + b2
-        self1 = w2 * (state.self1 @ w) + b2
-        self2 = self1 if state.self2 is state.self1 else w2 * (state.self2 @ w) + b2
-        theta = nngp + w2 * (state.ntk @ w) if ntk and state.ntk is not None else None
-        return PooledKernel(nngp=nngp, ntk=theta, self1=self1, self2=self2)
+        return apply_rule(self.pool_rule, state, ctx, ntk=ntk, pools=True)
 
     def finite(self, in_width: int, width: int, ctx: Discretisation) -> nn.Module:
         return GroupConvModule(self, in_width, width, ctx)

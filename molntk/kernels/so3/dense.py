@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from molntk.kernels.so3.context import Discretisation
-from molntk.kernels.so3.state import GroupKernel, PooledKernel
+from molntk.kernels.so3.state import GroupKernel, PooledKernel, apply_rule
 
 
 @dataclass(frozen=True)
@@ -26,15 +26,17 @@ class Dense:
     sigma_w: float = 1.0
     sigma_b: float = 0.0
 
-    def kernel(self, state, ctx: Discretisation, *, ntk: bool):
+    def rule(
+        self, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, ctx: Discretisation
+    ) -> tuple[Tensor, Tensor | None]:
+        """K' = σ_w² K + σ_b², Θ' = K' + σ_w² Θ (elementwise, any shape)."""
+        out = (nngp * self.sigma_w**2).add_(self.sigma_b**2)
+        return out, None if ntk is None else torch.add(out, ntk, alpha=self.sigma_w**2)
+
+    def kernel(self, state: GroupKernel | PooledKernel, ctx: Discretisation, *, ntk: bool) -> GroupKernel | PooledKernel:
         if not isinstance(state, (GroupKernel, PooledKernel)):
             raise TypeError("Dense needs a lifted or pooled signal: put it after Lift")
-        w2, b2 = self.sigma_w**2, self.sigma_b**2
-        nngp = w2 * state.nngp + b2
-        self1 = w2 * state.self1 + b2
-        self2 = self1 if state.self2 is state.self1 else w2 * state.self2 + b2
-        theta = nngp + w2 * state.ntk if ntk and state.ntk is not None else None
-        return state.with_(nngp=nngp, ntk=theta, self1=self1, self2=self2)
+        return apply_rule(self.rule, state, ctx, ntk=ntk, pools=False)
 
     def finite(self, in_width: int, width: int, ctx: Discretisation) -> nn.Module:
         return DenseModule(self, in_width, width, ctx)

@@ -29,21 +29,25 @@ from molntk.kernels.so3.wigner import coeff_slices
 def lift_moments(a: Tensor, b: Tensor, band_limit: int) -> Tensor:
     """M^l_{ij,mm'} = Σ_c a[i,c,(l,m)] b[j,c,(l,m')], flattened over l<L: shape (n1, n2, L3).
 
-    One GEMM per l over the channel axis, (n1·(2l+1), C) @ (C, n2·(2l+1)).
+    One GEMM per l over the channel axis, (n1·(2l+1), C) @ (C, n2·(2l+1)), each copied once
+    into its slot of the output.
     """
-    n1, n2 = a.shape[0], b.shape[0]
-    parts = []
+    n1, n2, channels = a.shape[0], b.shape[0], a.shape[1]
+    out = a.new_empty(n1, n2, sum((2 * l + 1) ** 2 for l in range(band_limit)))
+    start = 0
     for s in coeff_slices(band_limit):
         width = s.stop - s.start
-        left = a[..., s].transpose(1, 2).reshape(n1 * width, a.shape[1])
-        right = b[..., s].permute(1, 0, 2).reshape(b.shape[1], n2 * width)
-        parts.append((left @ right).reshape(n1, width, n2, width).permute(0, 2, 1, 3).reshape(n1, n2, width * width))
-    return torch.cat(parts, dim=-1)
+        left = a[..., s].transpose(1, 2).reshape(n1 * width, channels)
+        right = b[..., s].permute(1, 0, 2).reshape(channels, n2 * width)
+        block = out[..., start : start + width * width].unflatten(-1, (width, width))
+        block.copy_((left @ right).view(n1, width, n2, width).permute(0, 2, 1, 3))
+        start += width * width
+    return out
 
 
 def self_lift_moments(a: Tensor, band_limit: int) -> Tensor:
     """Diagonal of :func:`lift_moments` (a with itself): shape (n, L3)."""
-    parts = [torch.einsum("icm,icn->imn", a[..., s], a[..., s]).reshape(a.shape[0], -1) for s in coeff_slices(band_limit)]
+    parts = [torch.einsum("icm,icn->imn", a[..., s], a[..., s]).flatten(1) for s in coeff_slices(band_limit)]
     return torch.cat(parts, dim=-1)
 
 
@@ -55,18 +59,33 @@ class Lift:
     sigma_w: float = 1.0
     sigma_b: float = 0.0
 
+    def cross(self, x1: Tensor, x2: Tensor, ctx: Discretisation) -> Tensor:
+        """K(u) for all pairs on the measure's support + identity: (n1, n2, K+1), one GEMM
+        (n1·n2, L3) @ (L3, K+1) after the moments, scale and bias folded into it."""
+        _check_band(x1, self.band_limit)
+        moments = lift_moments(x1, x2, self.band_limit)
+        flat = moments.view(-1, moments.shape[-1])
+        return self._synthesise(flat, x1.shape[1], ctx).view(x1.shape[0], x2.shape[0], -1)
+
+    def self_kernel(self, x: Tensor, ctx: Discretisation) -> Tensor:
+        """ψ^{ff}(u) of every input: (n, K+1)."""
+        _check_band(x, self.band_limit)
+        return self._synthesise(self_lift_moments(x, self.band_limit), x.shape[1], ctx)
+
+    def _synthesise(self, moments: Tensor, channels: int, ctx: Discretisation) -> Tensor:
+        """σ_w²/C · Σ_l ⟨M^l, D^l(u_k)⟩ + σ_b² for rows of flattened moments (P, L3) → (P, K+1)."""
+        table = ctx.measure.table(self.band_limit, ctx.dtype, ctx.device)  # (K+1, L3)
+        bias = moments.new_tensor(self.sigma_b**2)
+        return torch.addmm(bias, moments, table.T, alpha=self.sigma_w**2 / channels)
+
     def kernel(self, state: InputPair, ctx: Discretisation, *, ntk: bool) -> GroupKernel:
+        """Cross and self kernels of the inputs; Θ = K (``ntk`` is the same tensor as ``nngp``)."""
         if not isinstance(state, InputPair):
             raise TypeError("Lift must be the first layer of an SO(3) network")
-        x1, x2 = state.x1, state.x2
-        _check_band(x1, self.band_limit)
-        table = ctx.measure.table(self.band_limit, ctx.dtype, ctx.device)  # (K+1, L3)
-        scale = self.sigma_w**2 / x1.shape[1]
-        bias = self.sigma_b**2
-        nngp = scale * (lift_moments(x1, x2, self.band_limit) @ table.T) + bias
-        self1 = scale * (self_lift_moments(x1, self.band_limit) @ table.T) + bias
-        self2 = self1 if state.same else scale * (self_lift_moments(x2, self.band_limit) @ table.T) + bias
-        return GroupKernel(nngp=nngp, ntk=nngp.clone() if ntk else None, self1=self1, self2=self2)
+        nngp = self.cross(state.x1, state.x2, ctx)
+        self1 = self.self_kernel(state.x1, ctx)
+        self2 = self1 if state.same else self.self_kernel(state.x2, ctx)
+        return GroupKernel(nngp=nngp, ntk=nngp if ntk else None, self1=self1, self2=self2)
 
     def finite(self, in_width: int, width: int, ctx: Discretisation) -> nn.Module:
         return LiftModule(self, in_width, width, ctx)

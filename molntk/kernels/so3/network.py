@@ -6,10 +6,16 @@
     f = net.finite(in_channels=C, width=256, grid=SO3Grid(4)) # torch module (B, C, L²) → (B,)
 
 The kernel of ``finite`` at width → ∞ is ``kernel(..., mode="exact")`` on the same grid.
+
+Evaluation: the nonlinearities need only the variances ψ^{ff}(e) of each input, so
+``kernel`` first runs the recursion on each input with itself (:meth:`SO3Network.self_kernels`,
+O(n) work, reusable across calls) and then the cross recursion on tiles of pairs
+(:meth:`SO3Network.cross_kernel`), each layer's rule applied to whole tiles.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -22,9 +28,15 @@ from molntk.kernels.so3.grids import SO3Grid
 from molntk.kernels.so3.lift import Lift
 from molntk.kernels.so3.nonlinearity import Nonlinearity
 from molntk.kernels.so3.pool import Pool
-from molntk.kernels.so3.state import InputPair, PooledKernel
+from molntk.kernels.so3.state import PooledKernel, Rule, pair_variances, self_variances, variance
 
 Layer = Lift | GroupConv | Dense | Nonlinearity | Pool
+
+#: Group values (pairs × (K+1)) per tile of the cross-kernel recursion: 2¹⁹ float64 values
+#: (4 MiB) keep a tile's temporaries in the CPU caches. Measured on the benchmark's
+#: configurations (one thread): per-pair cost flat for 2¹⁶–2²⁰, while whole 256 × 256 × 109
+#: blocks (2²³) cost 5× more per pair (README "SO(3) kernel speed").
+TILE_ELEMENTS = 2**19
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,92 @@ class SO3Network:
     def discretisation(self, grid: SO3Grid, mode: str, dtype=torch.float64, device="cpu") -> Discretisation:
         return Discretisation(grid=grid, band_limit=self.band_limit, mode=mode, dtype=dtype, device=device)
 
+    def steps(self, ctx: Discretisation) -> list[tuple[Rule, bool]]:
+        """(kernel rule, pools) of every layer after Lift; a GroupConv directly before Pool
+        becomes one step without the synthesis when ``ctx``'s measure allows it."""
+        out, layers = [], list(self.layers[1:])
+        while layers:
+            layer = layers.pop(0)
+            if isinstance(layer, GroupConv) and layers and isinstance(layers[0], Pool) and layer.pools_exactly(ctx):
+                out.append((layer.pool_rule, True))
+                layers.pop(0)
+            else:
+                out.append((layer.rule, isinstance(layer, Pool)))
+        return out
+
+    def self_kernels(self, x: Tensor, *, ctx: Discretisation) -> list[Tensor]:
+        """Self-kernels of each input (n, C, L²) along the network, computed once per input:
+        entry s is the variance ψ^{ff}(e), shape (n,), at the input of step s of
+        :meth:`steps`; the last entry is the output self-kernel K(f, f). Evaluated in chunks
+        of at most :data:`TILE_ELEMENTS` group values."""
+        x = x.to(dtype=ctx.dtype, device=ctx.device)
+        steps, lift = self.steps(ctx), self.layers[0]
+        chunks = []
+        for part in x.split(max(1, TILE_ELEMENTS // ctx.support_size)):
+            psi, on_group, trace = lift.self_kernel(part, ctx), True, []
+            for rule, pools in steps:
+                trace.append(variance(psi, on_group))
+                psi = rule(psi, None, *self_variances(trace[-1], on_group), ctx)[0]
+                on_group = on_group and not pools
+            chunks.append(trace + [psi])
+        return [torch.cat(parts) for parts in zip(*chunks)] if chunks else [x.new_zeros(0)] * (len(steps) + 1)
+
+    def cross_kernel(
+        self,
+        x1: Tensor,
+        x2: Tensor,
+        self1: list[Tensor],
+        self2: list[Tensor],
+        *,
+        ctx: Discretisation,
+        ntk: bool = True,
+        symmetric: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """NNGP and NTK (n1, n2) between x1 and x2 given their :meth:`self_kernels`.
+
+        Pairs are evaluated in square tiles of at most :data:`TILE_ELEMENTS` group values
+        (cache-sized; memory does not grow with n1·n2 beyond the output). ``symmetric``
+        (x2 is x1, same self-kernels): on a ``ctx`` with exactly symmetric kernels only
+        tiles on or above the diagonal are computed and mirrored.
+        """
+        x1 = x1.to(dtype=ctx.dtype, device=ctx.device)
+        x2 = x2.to(dtype=ctx.dtype, device=ctx.device)
+        n1, n2 = x1.shape[0], x2.shape[0]
+        nngp = x1.new_empty(n1, n2)
+        theta = torch.empty_like(nngp) if ntk else None
+        steps = self.steps(ctx)
+        side = max(1, math.isqrt(TILE_ELEMENTS // ctx.support_size))
+        mirror = symmetric and ctx.symmetric
+        for i in range(0, n1, side):
+            rows = slice(i, i + side)
+            for j in range(i if mirror else 0, n2, side):
+                cols = slice(j, j + side)
+                k, t = self._tile(x1[rows], x2[cols], [s[rows] for s in self1], [s[cols] for s in self2], steps, ctx, ntk)
+                for target, value in ((nngp, k), (theta, t)):
+                    if target is not None:
+                        target[rows, cols] = value
+                        if mirror and j > i:
+                            target[cols, rows] = value.T
+        return nngp, theta
+
+    def _tile(
+        self,
+        x1: Tensor,
+        x2: Tensor,
+        var1: list[Tensor],
+        var2: list[Tensor],
+        steps: list[tuple[Rule, bool]],
+        ctx: Discretisation,
+        ntk: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Cross kernels of one tile through all layers (variances from the self-kernels)."""
+        nngp = self.layers[0].cross(x1, x2, ctx)
+        theta, on_group = (nngp if ntk else None), True
+        for (rule, pools), v1, v2 in zip(steps, var1, var2):
+            nngp, theta = rule(nngp, theta, *pair_variances(v1, v2, on_group), ctx)
+            on_group = on_group and not pools
+        return nngp, theta
+
     def kernel(
         self,
         x1: Tensor,
@@ -69,16 +167,10 @@ class SO3Network:
         x2 = x1 if same else x2.to(dtype=ctx.dtype, device=ctx.device)
         if x1.shape[1:] != x2.shape[1:]:
             raise ValueError(f"inputs differ in channels/coefficients: {tuple(x1.shape)} vs {tuple(x2.shape)}")
-        state = InputPair(x1, x2, same=same)
-        layers = list(self.layers)
-        while layers:
-            layer = layers.pop(0)
-            if isinstance(layer, GroupConv) and layers and isinstance(layers[0], Pool) and layer.pools_exactly(ctx):
-                state = layer.kernel_then_pool(state, ctx, ntk=ntk)
-                layers.pop(0)
-            else:
-                state = layer.kernel(state, ctx, ntk=ntk)
-        return state
+        self1 = self.self_kernels(x1, ctx=ctx)
+        self2 = self1 if same else self.self_kernels(x2, ctx=ctx)
+        nngp, theta = self.cross_kernel(x1, x2, self1, self2, ctx=ctx, ntk=ntk, symmetric=same)
+        return PooledKernel(nngp=nngp, ntk=theta, self1=self1[-1], self2=self2[-1])
 
     def finite(self, in_channels: int, width: int, ctx: Discretisation) -> nn.Module:
         """The finite network at ``width`` on the nodes of ``ctx.grid`` (scalar output)."""

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from molntk.kernels.activations import get_activation
 from molntk.kernels.so3.context import Discretisation
-from molntk.kernels.so3.state import GroupKernel, PooledKernel
+from molntk.kernels.so3.state import GroupKernel, PooledKernel, apply_rule
 
 
 @dataclass(frozen=True)
@@ -28,24 +28,17 @@ class Nonlinearity:
     def __post_init__(self) -> None:
         get_activation(self.name)
 
-    def kernel(self, state, ctx: Discretisation, *, ntk: bool):
+    def rule(
+        self, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, ctx: Discretisation
+    ) -> tuple[Tensor, Tensor | None]:
+        """K' = F(K; var1, var2), Θ' = Θ · Ḟ(K; var1, var2) (Ḟ updated in place)."""
+        nngp, fdot = get_activation(self.name).dual(nngp, var1, var2)
+        return nngp, None if ntk is None else fdot.mul_(ntk)
+
+    def kernel(self, state: GroupKernel | PooledKernel, ctx: Discretisation, *, ntk: bool) -> GroupKernel | PooledKernel:
         if not isinstance(state, (GroupKernel, PooledKernel)):
             raise TypeError("a nonlinearity needs a lifted or pooled signal: put it after Lift")
-        dual = get_activation(self.name).dual
-        on_group = isinstance(state, GroupKernel)
-        var1 = state.self1[:, -1] if on_group else state.self1
-        var2 = state.self2[:, -1] if on_group else state.self2
-        extra = (None,) if on_group else ()
-        k11 = var1[(slice(None), None) + extra]
-        k22 = var2[(None, slice(None)) + extra]
-        nngp, fdot = dual(state.nngp, k11, k22)
-        self1 = dual(state.self1, var1[(slice(None),) + extra], var1[(slice(None),) + extra])[0]
-        if state.self2 is state.self1:
-            self2 = self1
-        else:
-            self2 = dual(state.self2, var2[(slice(None),) + extra], var2[(slice(None),) + extra])[0]
-        theta = state.ntk * fdot if ntk and state.ntk is not None else None
-        return state.with_(nngp=nngp, ntk=theta, self1=self1, self2=self2)
+        return apply_rule(self.rule, state, ctx, ntk=ntk, pools=False)
 
     def finite(self, in_width: int, width: int, ctx: Discretisation) -> nn.Module:
         return NonlinearityModule(self.name)

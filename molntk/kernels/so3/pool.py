@@ -12,24 +12,24 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from molntk.kernels.so3.context import Discretisation
-from molntk.kernels.so3.state import GroupKernel, PooledKernel
+from molntk.kernels.so3.state import GroupKernel, PooledKernel, apply_rule
 
 
 @dataclass(frozen=True)
 class Pool:
     """Mean over SO(3)."""
 
+    def rule(
+        self, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, ctx: Discretisation
+    ) -> tuple[Tensor, Tensor | None]:
+        """Σ_k w_k ψ(u_k) over the last axis (the identity entry has weight 0)."""
+        w = ctx.measure.mean_weights(ctx.dtype, ctx.device)
+        return nngp @ w, None if ntk is None else ntk @ w
+
     def kernel(self, state: GroupKernel, ctx: Discretisation, *, ntk: bool) -> PooledKernel:
         if not isinstance(state, GroupKernel):
             raise TypeError("Pool needs a signal on SO(3) and can appear only once")
-        w = ctx.measure.mean_weights(ctx.dtype, ctx.device)
-        self1 = state.self1 @ w
-        return PooledKernel(
-            nngp=state.nngp @ w,
-            ntk=state.ntk @ w if ntk and state.ntk is not None else None,
-            self1=self1,
-            self2=self1 if state.self2 is state.self1 else state.self2 @ w,
-        )
+        return apply_rule(self.rule, state, ctx, ntk=ntk, pools=True)
 
     def finite(self, in_width: int, width: int, ctx: Discretisation) -> nn.Module:
         return PoolModule(ctx)

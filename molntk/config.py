@@ -301,11 +301,13 @@ class KernelEngineConfig(Section):
 
 
 class SO3Candidate(Section):
-    """One SO(3) architecture (:mod:`molntk.kernels.so3.spec`), e.g. ``lift:3 relu pool dense``."""
+    """One SO(3) architecture (:mod:`molntk.kernels.so3.spec`), e.g. ``lift:3 relu pool dense``;
+    ``smearing_width`` (rad) replaces the feature maps' angular smearing for this candidate."""
 
     layers: str
     sigma_w: Positive = 1.0
     sigma_b: NonNegative = 0.0
+    smearing_width: NonNegative | None = None
 
     @model_validator(mode="after")
     def _parses(self) -> SO3Candidate:
@@ -359,12 +361,29 @@ class PowerSpectrumModelConfig(Section):
 class LaplacianModelConfig(Section):
     """Laplacian kernel on a global descriptor, σ = factor × median L1 distance (factor chosen)."""
 
-    width_factors: Annotated[list[Positive], Field(min_length=1)] = [0.25, 0.5, 1.0, 2.0]
+    width_factors: Annotated[list[Positive], Field(min_length=1)] = [0.5, 1.0, 2.0, 4.0, 8.0]
+
+
+class SOAPModelConfig(Section):
+    """SOAP from DScribe (optional package): r_cut (Å), radial/angular sizes, width σ, ζ chosen."""
+
+    r_cut: Positive = 5.0
+    n_max: Count = 6
+    l_max: Count = 4
+    sigma: Positive = 0.5
+    zetas: Annotated[list[Count], Field(min_length=1)] = [2]
+
+
+class FCHL19ModelConfig(Section):
+    """FCHL19 from qmllib (optional package) with a Gaussian kernel, width σ chosen from ``sigmas``."""
+
+    sigmas: Annotated[list[Positive], Field(min_length=1)] = [1.0, 2.0, 4.0]
 
 
 class QM9ModelsConfig(Section):
-    """The models compared side by side; ``null`` leaves one out. The dressed-atom linear
-    model is always fitted (it is the floor every model must beat)."""
+    """The models compared side by side; ``null`` leaves one out (SOAP and FCHL19 are off
+    unless given: they need the ``baselines`` extra). The dressed-atom linear model is
+    always fitted (it is the floor every model must beat)."""
 
     so3_ntk: SO3ModelConfig | None = SO3ModelConfig()
     mlp_ntk: MLPModelConfig | None = MLPModelConfig()
@@ -372,6 +391,8 @@ class QM9ModelsConfig(Section):
     power_spectrum: PowerSpectrumModelConfig | None = PowerSpectrumModelConfig()
     coulomb_matrix: LaplacianModelConfig | None = LaplacianModelConfig()
     bag_of_bonds: LaplacianModelConfig | None = LaplacianModelConfig()
+    soap: SOAPModelConfig | None = None
+    fchl19: FCHL19ModelConfig | None = None
 
 
 class LearningCurveConfig(Section):

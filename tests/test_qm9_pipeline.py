@@ -42,6 +42,8 @@ models:
       - {layers: "lift:3 relu pool dense", sigma_b: 0.1}
   augmented_mlp_ntk: {rotations: 2}
   power_spectrum: {zetas: [1, 2]}
+  soap: {zetas: [2]}
+  fchl19: {sigmas: [2.0]}
 """
 
 
@@ -110,7 +112,10 @@ def test_pipeline_writes_every_file_with_the_required_keys(tiny_run):
     required = {"model", "target", "n_train", "mae", "rmse", "r2", "unit", "fit_seconds", "predict_seconds", "invariance_error"}
     assert all(required <= r.keys() for r in records)
     models = {r["model"] for r in records}
-    assert models == {"dressed-atom", "so3-ntk", "mlp-ntk", "augmented-mlp-ntk", "power-spectrum", "cm-laplacian", "bob-laplacian"}
+    assert models == {
+        "dressed-atom", "so3-ntk", "mlp-ntk", "augmented-mlp-ntk", "power-spectrum", "cm-laplacian", "bob-laplacian",
+        "soap-dscribe", "fchl19",
+    }
     assert {r["n_train"] for r in records} == {20, 40}
     assert document["result"]["records"] == records
     chosen = [s for s in report["search"] if s["model"] == "so3-ntk" and s["chosen"]]
@@ -167,7 +172,7 @@ def test_shell_assembled_kernel_ridge_equals_scikit_learn(tiny_run, qm9):
 def test_invariance_errors_separate_invariant_from_non_invariant_models(tiny_run):
     _, document = tiny_run
     at = {r["model"]: r for r in document["result"]["records"] if r["n_train"] == 40}
-    for invariant in ("power-spectrum", "cm-laplacian", "bob-laplacian", "dressed-atom"):
+    for invariant in ("power-spectrum", "cm-laplacian", "bob-laplacian", "dressed-atom", "soap-dscribe", "fchl19"):
         # exactly invariant descriptors: only rounding of rotated coordinates remains
         assert at[invariant]["invariance_error"] < 1e-6 * at[invariant]["mae"], invariant
     # the SO(3) NTK is invariant up to quadrature; the plain MLP NTK is not invariant at all
@@ -212,7 +217,7 @@ def test_rotation_differences_give_the_symmetrised_network_kernel():
 def fitted(qm9):
     mols = qm9.molecules(range(1, 41))
     y = np.asarray(qm9.target("u0_atom")[1:41])
-    return SO3NTKRegressor(grid_band_limit=2).fit(mols[:30], y[:30]), mols, y
+    return SO3NTKRegressor(grid_band_limit=2, psd_rtol=1e-4).fit(mols[:30], y[:30]), mols, y
 
 
 def test_estimator_save_load_gives_identical_predictions(fitted, tmp_path):
@@ -233,7 +238,7 @@ def test_estimator_works_with_scikit_learn_tools(qm9):
 
     mols = qm9.molecules(range(1, 31))
     y = np.asarray(qm9.target("u0_atom")[1:31])
-    est = SO3NTKRegressor(grid_band_limit=2, sigma_b=0.2)
+    est = SO3NTKRegressor(grid_band_limit=2, psd_rtol=1e-4, sigma_b=0.2)
     assert clone(est).get_params()["sigma_b"] == 0.2
     scores = cross_val_score(est, mols, y, cv=3, scoring="neg_mean_absolute_error")
     assert scores.shape == (3,) and np.isfinite(scores).all()
@@ -313,3 +318,28 @@ def test_killed_run_resumes_from_its_kernel_cache_with_the_same_numbers(tmp_path
         [{k: r[k] for k in keys} for r in json.loads(run.stdout)["result"]["records"]] for run in (resumed, fresh)
     ]
     assert numbers[0] == numbers[1]
+
+
+def test_several_targets_share_kernels_by_reduction(tmp_path):
+    """HOMO (intensive: mean-pooled kernel, no dressed atoms), U0 and μ (sum) in one run: one
+    kernel per reduction, each target fitted on its own; dressed atoms are reported for all."""
+    config = tmp_path / "multi.yaml"
+    config.write_text(
+        "task: qm9-property\ntargets: [homo, u0_atom, mu]\n"
+        "learning_curve: {n_train: [20, 30], n_test: 10, n_select: 20}\ninvariance: {n_molecules: 0}\n"
+        "models: {so3_ntk: null, mlp_ntk: null, augmented_mlp_ntk: null, coulomb_matrix: null, bag_of_bonds: null,\n"
+        "         power_spectrum: {zetas: [1, 2]}}\n"
+        f"output: {tmp_path / 'out'}\ncache: false\n"
+    )
+    result = CliRunner().invoke(app, ["run", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)["result"]
+    reduces = {s["reduce"]: s["targets"] for s in document["search"]}
+    assert reduces == {"mean": ["homo"], "sum": ["u0_atom", "mu"]}
+    assert [k["reduce"] for k in document["kernel_seconds"]] == ["mean", "sum"]
+    pairs = {(r["model"], r["target"]) for r in document["records"]}
+    assert pairs == {(m, t) for m in ("dressed-atom", "power-spectrum") for t in ("homo", "u0_atom", "mu")}
+    assert {r["unit"] for r in document["records"] if r["target"] == "homo"} == {"meV"}
+    assert all(r["invariance_error"] is None for r in document["records"])
+    for target in ("homo", "u0_atom", "mu"):
+        assert (tmp_path / "out" / f"learning_curve_{target}.png").exists()

@@ -97,6 +97,19 @@ class FeatureMapKernel:
 
 
 @dataclass(frozen=True)
+class MoleculeDescriptorKernel:
+    """A local baseline with descriptors of its own (SOAP, FCHL19), computed from the molecules."""
+
+    kernel: LocalKernel
+
+    def describe(self, group: MoleculeGroup) -> Any:
+        return self.kernel.features(group.molecules)
+
+    def __call__(self, a: Any, b: Any | None = None) -> np.ndarray:
+        return _numpy(self.kernel.kernels(a, b)[0])
+
+
+@dataclass(frozen=True)
 class GlobalDescriptorKernel:
     """Laplacian kernel exp(−‖x − x'‖₁/σ) on a Coulomb-matrix or bag-of-bonds descriptor."""
 

@@ -26,6 +26,7 @@ predictions):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -156,11 +157,26 @@ def engine_options(config: QM9PropertyConfig) -> tuple[torch.dtype, str]:
 def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence[Molecule]) -> dict[str, list[Candidate]]:
     """Model name → its hyperparameter candidates; Laplacian widths scale with the median
     distance among ``reference`` (training molecules)."""
-    from molntk.baselines import MLPNTK, AugmentedMLPNTK, BagOfBonds, CoulombMatrix, MLPArchitecture, PowerSpectrumKernel, RotationSet
+    from molntk.baselines import (
+        MLPNTK,
+        AugmentedMLPNTK,
+        BagOfBonds,
+        CoulombMatrix,
+        DScribeSOAPKernel,
+        FCHL19Kernel,
+        MLPArchitecture,
+        PowerSpectrumKernel,
+        RotationSet,
+    )
     from molntk.kernels.molecular import MolecularKernel
     from molntk.kernels.so3 import SO3Grid
     from molntk.kernels.so3.spec import parse_architecture
-    from molntk.pipelines.molecule_kernels import FeatureMapKernel, SO3NTKKernel, laplacian_candidates
+    from molntk.pipelines.molecule_kernels import (
+        FeatureMapKernel,
+        MoleculeDescriptorKernel,
+        SO3NTKKernel,
+        laplacian_candidates,
+    )
 
     models, engine = config.models, config.kernel
     features = config.features.feature_config()
@@ -175,8 +191,12 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
             ctx = net.discretisation(grid, engine.mode, dtype, device)
             kernel = MolecularKernel(net, ctx, engine.pairing, reduce, engine.block_size)
             label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
+            own = features
+            if c.smearing_width is not None:
+                own = dataclasses.replace(features, smearing_width=c.smearing_width)
+                label += f", smearing {c.smearing_width:g} rad"
             quadrature = engine.mode == "fast"
-            out["so3-ntk"].append(Candidate(label, c.model_dump(), SO3NTKKernel(kernel, features), quadrature))
+            out["so3-ntk"].append(Candidate(label, c.model_dump(), SO3NTKKernel(kernel, own), quadrature))
     mlp_like = (("mlp-ntk", models.mlp_ntk), ("augmented-mlp-ntk", models.augmented_mlp_ntk))
     for name, section in mlp_like:
         if section is None:
@@ -197,6 +217,18 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
         out["power-spectrum"] = [
             Candidate(f"ζ={z}", {"zeta": z}, FeatureMapKernel(PowerSpectrumKernel(features, z, pairing=pairing, reduce=reduce), features))
             for z in models.power_spectrum.zetas
+        ]
+    if models.soap is not None:
+        soap = models.soap
+        out["soap-dscribe"] = [
+            Candidate(f"ζ={z}", {**soap.model_dump(exclude={"zetas"}), "zeta": z}, MoleculeDescriptorKernel(DScribeSOAPKernel(
+                r_cut=soap.r_cut, n_max=soap.n_max, l_max=soap.l_max, sigma=soap.sigma, zeta=z, pairing=pairing, reduce=reduce)))
+            for z in soap.zetas
+        ]
+    if models.fchl19 is not None:
+        out["fchl19"] = [
+            Candidate(f"σ={w:g}", {"sigma": w}, MoleculeDescriptorKernel(FCHL19Kernel(w, pairing=pairing, reduce=reduce)))
+            for w in models.fchl19.sigmas
         ]
     globals_ = (("cm-laplacian", models.coulomb_matrix, CoulombMatrix()), ("bob-laplacian", models.bag_of_bonds, BagOfBonds()))
     for name, section, descriptor in globals_:
@@ -231,10 +263,10 @@ def fit_kernel_ridge(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, qu
     1e-4 kernel error into prediction errors larger than the signal; measured on QM9).
     """
     from molntk.regression import KernelRegressor
-    from molntk.regression.selection import DEFAULT_RELATIVE_GRID
+    from molntk.regression.selection import relative_grid_from
 
     reg = config.regression
-    grid = DEFAULT_RELATIVE_GRID[DEFAULT_RELATIVE_GRID >= reg.psd_rtol * (1 - 1e-9)] if quadrature else None
+    grid = relative_grid_from(reg.psd_rtol) if quadrature else None
     return KernelRegressor("ntk", reg="cv", cv=reg.cv, psd_rtol=reg.psd_rtol, relative_grid=grid).fit(K, y)
 
 
@@ -383,18 +415,20 @@ def run_qm9_property(
     records: list[dict[str, Any]] = []
     search: list[dict[str, Any]] = []
     predictions: dict[str, dict[str, list[float]]] = {}
-    kernel_seconds: dict[str, dict[str, float]] = {}
+    kernel_seconds: list[dict[str, Any]] = []
     n_inv = len(sets.rotated) // sets.n_rotations
 
-    groups: dict[tuple[str, bool], list[str]] = {}
+    by_reduce: dict[str, list[str]] = {}
     for target in config.targets:
-        groups.setdefault(target_settings(config, target), []).append(target)
+        by_reduce.setdefault(target_settings(config, target)[0], []).append(target)
+    residual = {t: target_settings(config, t)[1] for t in config.targets}
+    _dressed_atom_records(sets, config.targets, records, predictions)
+    n_select = config.learning_curve.n_select
+    selection = sets.selection(n_select)
+    groups_by_tag = {**dict(enumerate(sets.shells)), TEST: sets.test, ROTATED: sets.rotated, SELECTION: selection}
 
-    for (reduce, residual), targets in groups.items():
-        _dressed_atom_records(config, sets, targets, residual, records, predictions)
-        selection = sets.selection(config.learning_curve.n_select)
-        y_sel = np.stack([_residual_targets(sets, t, residual, config.learning_curve.n_select) for t in targets], axis=1)
-        groups_by_tag = {**dict(enumerate(sets.shells)), TEST: sets.test, ROTATED: sets.rotated, SELECTION: selection}
+    for reduce, targets in by_reduce.items():
+        y_sel = np.stack([_residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
         for name, candidates in build_candidates(config, reduce, selection.molecules).items():
             key = {"model": name, "reduce": reduce, "features": config.features.model_dump(),
                    "kernel": config.kernel.model_dump(exclude={"threads", "device"})}
@@ -403,12 +437,13 @@ def run_qm9_property(
             search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
             chosen = candidates[best]
             kernels = shell_kernels(blocks[best], sets, progress, name)
-            kernel_seconds[name] = {"train": float(kernels.train_seconds[-1]), "test": float(kernels.test_seconds[-1])}
+            kernel_seconds.append({"model": name, "reduce": reduce, "train": float(kernels.train_seconds[-1]),
+                                   "test": float(kernels.test_seconds[-1])})
             for target in targets:
                 for k, n in enumerate(sets.sizes):
-                    records.append(
-                        _fit_and_evaluate(config, sets, kernels, name, chosen, target, residual, k, n, n_inv, predictions)
-                    )
+                    records.append(_fit_and_evaluate(
+                        config, sets, kernels, name, chosen, target, residual[target], k, n, n_inv, predictions
+                    ))
     return {
         "records": records,
         "search": search,
@@ -432,7 +467,7 @@ def _residual_targets(sets: QM9Sets, target: str, residual: bool, n: int) -> np.
     return y - dressed_atom(sets.train_molecules[:n], y)[0]
 
 
-def _dressed_atom_records(config, sets: QM9Sets, targets, residual: bool, records: list, predictions: dict) -> None:
+def _dressed_atom_records(sets: QM9Sets, targets: list[str], records: list, predictions: dict) -> None:
     """The dressed-atom floor for each target and training size."""
     n_inv = len(sets.rotated) // sets.n_rotations
     for target in targets:

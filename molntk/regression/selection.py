@@ -43,6 +43,15 @@ CRITERIA = ("loo", "kfold", "gcv")
 DEFAULT_RELATIVE_GRID = np.logspace(-10.0, 0.0, 21)
 
 
+def relative_grid_from(floor: float) -> np.ndarray:
+    """:data:`DEFAULT_RELATIVE_GRID` without the values below ``floor`` (relative λ ≥ floor):
+    for kernels accurate only to ``floor`` relative (quadratures), a smaller λ fits their error."""
+    grid = DEFAULT_RELATIVE_GRID[DEFAULT_RELATIVE_GRID >= floor * (1 - 1e-9)]
+    if grid.size == 0:
+        raise InputError("floor", f"must be ≤ 1 (the largest relative λ of the grid), got {floor}")
+    return grid
+
+
 @dataclass(frozen=True, eq=False)
 class CVResult:
     """A cross-validation curve over the λ grid and its minimum.

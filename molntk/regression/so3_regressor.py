@@ -35,6 +35,7 @@ from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.estimator import KernelRegressor
+from molntk.regression.selection import relative_grid_from
 from molntk.utils.files import atomic_path
 
 #: Name and version of the model file format.
@@ -66,7 +67,9 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     ``smearing_width``, ``radial`` (dict, None: 6 Gaussians to 5 Å), ``elements`` (the
     feature maps and the element set the model accepts); ``grid_band_limit``, ``mode``,
     ``pairing``, ``reduce`` (the kernel engine); ``residual`` (learn the residual of the
-    dressed-atom model); ``reg`` ("cv" or λ ≥ 0), ``cv``, ``psd_rtol`` (regression);
+    dressed-atom model); ``reg`` ("cv" or λ ≥ 0), ``cv``, ``psd_rtol`` (regression: the
+    accuracy of the fast-mode quadrature, 1e-7 suits erf networks on the default grid band
+    limit 4, whose kernels are accurate to ≈ 1e-9);
     ``dtype``, ``device``, ``block_size`` (computation).
     """
 
@@ -79,14 +82,14 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         smearing_width: float = 0.5,
         radial: dict[str, Any] | None = None,
         elements: Sequence[int] = (1, 6, 7, 8, 9),
-        grid_band_limit: int = 3,
+        grid_band_limit: int = 4,
         mode: str = "fast",
         pairing: str = "element",
         reduce: str = "sum",
         residual: bool = True,
         reg: float | str = "cv",
         cv: str = "loo",
-        psd_rtol: float = 1e-4,
+        psd_rtol: float = 1e-7,
         dtype: str = "float64",
         device: str = "cpu",
         block_size: int = 512,
@@ -138,7 +141,9 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         return environment_features(molecules, self.feature_config(), dtype=getattr(torch, self.dtype), device=self.device)
 
     def _regressor(self) -> KernelRegressor:
-        return KernelRegressor("ntk", reg=self.reg, cv=self.cv, psd_rtol=self.psd_rtol)
+        """Kernel ridge with λ searched down to psd_rtol · mean(diag K) in fast mode (a quadrature)."""
+        grid = relative_grid_from(self.psd_rtol) if self.mode == "fast" else None
+        return KernelRegressor("ntk", reg=self.reg, cv=self.cv, psd_rtol=self.psd_rtol, relative_grid=grid)
 
     # -- scikit-learn interface ----------------------------------------------------------
 

@@ -9,8 +9,11 @@ runs in a fresh subprocess, so its peak RSS (``ru_maxrss``, including the ~0.3 G
 interpreter and torch) is its own. Prints a table and writes
 ``benchmarks/results/cn_kernel.json`` (atomically).
 
-    python benchmarks/cn_kernel.py            # all rows (CPU, and CUDA when available)
-    python benchmarks/cn_kernel.py --quick    # small N, for a smoke run
+    python benchmarks/cn_kernel.py                  # all rows (CPU, and CUDA when available)
+    python benchmarks/cn_kernel.py --devices cuda   # CUDA rows only; the file's CPU rows are kept
+    python benchmarks/cn_kernel.py --quick          # small N, for a smoke run
+
+Rows of the devices run replace that device's rows in the JSON file; other devices' rows stay.
 """
 
 from __future__ import annotations
@@ -72,8 +75,7 @@ def run_row(spec: dict) -> dict:
     return row
 
 
-def specs(quick: bool) -> list[dict]:
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+def specs(quick: bool, devices: list[str]) -> list[dict]:
     rows = []
     for device in devices:
         for model, n in MODELS.items():
@@ -89,15 +91,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4 images per set (smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
+    parser.add_argument("--devices", nargs="+", choices=["cpu", "cuda"], help="default: cpu, and cuda when available")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
         print(json.dumps(run_row(json.loads(args.row))))
         return
-    results = []
+    devices = args.devices or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    kept = json.loads(args.out.read_text()) if args.out.exists() else []
+    results = [row for row in kept if row["device"] not in devices]
     header = f"{'model':<9} {'size':>4} {'n':>2} {'device':<6} {'N':>3} {'s/pair':>9} {'cpu s/pair':>10} {'peak MB':>8}"
     print(header)
-    for spec in specs(args.quick):
+    for spec in specs(args.quick, devices):
         child = subprocess.run(
             [sys.executable, __file__, "--row", json.dumps(spec)], capture_output=True, text=True, check=False
         )

@@ -87,6 +87,7 @@ def _plot_parity(path: Path, target: str, unit: str, truth: list[float], by_mode
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     models = list(by_model)
     cols = min(4, max(1, len(models)))
@@ -103,6 +104,8 @@ def _plot_parity(path: Path, target: str, unit: str, truth: list[float], by_mode
             ax.set_xlabel(f"true {target} ({unit})", fontsize=7)
             ax.set_ylabel("predicted", fontsize=7)
             ax.tick_params(labelsize=6)
+            ax.xaxis.set_major_locator(MaxNLocator(4))
+            ax.yaxis.set_major_locator(MaxNLocator(4))
         for ax in list(axes.flat)[len(models):]:
             ax.axis("off")
         fig.suptitle(f"{target}: test predictions at n_train = {n}", fontsize=9)

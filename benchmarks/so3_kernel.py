@@ -157,7 +157,9 @@ def main() -> None:
 
     devices = [args.device] if args.device else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print_reference_values()
-    rows = []
+    # rows of the devices run now replace that device's rows; other devices' rows (e.g. a GPU's) stay
+    kept = json.loads(args.out.read_text()) if args.out.exists() else []
+    rows = [row for row in kept if (row["device"] == "cpu") != ("cpu" in devices)]
     header = (
         f"{'config':<10} {'mode':<6} {'dtype':<8} {'kind':<12} {'n':>5} {'seconds':>10} {'s/pair':>11} "
         f"{'atom pairs/s':>13} {'peak MB':>9} device"

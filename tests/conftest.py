@@ -33,6 +33,18 @@ def qm9(molntk_cache_dir: Path) -> QM9:
     return load_qm9()
 
 
+@pytest.fixture(scope="session")
+def tiles() -> Path:
+    """The 9 real NCT-CRC-HE tiles: $MOLNTK_SHARED_DATA/nct_crc_he_samples, else the
+    project's shared/data beside the repository (skipped, and said so, when neither exists)."""
+    env = os.environ.get("MOLNTK_SHARED_DATA")
+    root = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+    folder = root / "nct_crc_he_samples"
+    if not folder.is_dir():
+        pytest.skip(f"NCT-CRC-HE samples not found at {folder} (set MOLNTK_SHARED_DATA)")
+    return folder
+
+
 @pytest.fixture
 def one_thread() -> Iterator[None]:
     """Run a test with one torch thread: its tensors are tiny, so OpenMP start-up would

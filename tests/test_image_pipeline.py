@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -47,13 +46,6 @@ def image_config(tmp_path: Path, name: str = "tiny", **sections) -> ImageClassif
     """An image-classification config writing into tmp_path/out (sections override the defaults)."""
     data = {"task": "image-classification", "name": name, "output": str(tmp_path / "out"), **sections}
     return validate_config(data)  # type: ignore[return-value]
-
-
-def shared_tiles() -> Path:
-    """The 9 real NCT-CRC-HE tiles: $MOLNTK_SHARED_DATA/nct_crc_he_samples or ../shared/data beside the repo."""
-    env = os.environ.get("MOLNTK_SHARED_DATA")
-    root = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-    return root / "nct_crc_he_samples"
 
 
 # ----------------------------------------------------------------------------------- report.py
@@ -217,12 +209,9 @@ def test_augmented_cnn_predicts_like_gcnn(tmp_path):
     np.testing.assert_array_equal(aug_fit.labels, gcnn_fit.labels)
 
 
-def test_nct_tiles_split_and_run(tmp_path):
+def test_nct_tiles_split_and_run(tiles, tmp_path):
     """The 9 real tiles (one per class) split into 6 training and 3 test tiles without loss or
     repetition, and run through the pipeline (labels of the loader are checked in test_images.py)."""
-    tiles = shared_tiles()
-    if not tiles.is_dir():
-        pytest.skip(f"NCT-CRC-HE samples not found at {tiles} (set MOLNTK_SHARED_DATA)")
     config = image_config(
         tmp_path,
         data={"source": "nct-crc-he", "path": str(tiles), "size": 8, "n_test": 3},

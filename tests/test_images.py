@@ -1,7 +1,6 @@
 """Image loaders: NCT-CRC-HE tiles (real samples), PathMNIST archives, rotated digits."""
 
 import math
-import os
 import shutil
 from pathlib import Path
 
@@ -18,20 +17,6 @@ from molntk.data.images import (
     normalise_channels,
 )
 from molntk.errors import InputError
-
-
-def shared_data() -> Path:
-    """The shared data folder: $MOLNTK_SHARED_DATA, else shared/data beside the repository."""
-    env = os.environ.get("MOLNTK_SHARED_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-@pytest.fixture(scope="module")
-def tiles() -> Path:
-    folder = shared_data() / "nct_crc_he_samples"
-    if not folder.is_dir():
-        pytest.skip(f"NCT-CRC-HE samples not found at {folder} (set MOLNTK_SHARED_DATA)")
-    return folder
 
 
 def test_nct_tiles_by_file_prefix(tiles):

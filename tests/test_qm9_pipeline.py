@@ -20,7 +20,6 @@ from molntk.baselines.augmented import wigner_table
 from molntk.baselines.mlp import MLPNTK
 from molntk.cli.main import app
 from molntk.config import ConfigValidationError, load_config
-from molntk.data.qm9 import load_qm9
 from molntk.data.splits import standard_split
 from molntk.errors import InputError
 from molntk.features.environments import QM9_ELEMENTS, FeatureConfig, environment_features
@@ -45,11 +44,6 @@ models:
   soap: {zetas: [2]}
   fchl19: {sigmas: [2.0]}
 """
-
-
-@pytest.fixture(scope="module")
-def qm9():
-    return load_qm9()
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,7 @@ QM9_TRAIN, QM9_TEST = 110_000, 10_831
 
 MODELS = {
     "fast": "FeatureConfig(band_limit=3); Lift(3, 1, 0.1) → ReLU → Pool → Dense(1, 0.1); SO3Grid(2) fast mode; element pairing; float64",
-    "default": "FeatureConfig(); Lift(4, 1, 0.1) → ReLU → GroupConv(3, 1, 0.1) → ReLU → Pool → Dense(1, 0.1); SO3Grid(3) fast mode; element pairing; float64",
+    "default": "the QM9 main job's model: FeatureConfig(); lift:3 erf pool dense (σ_w = 1, σ_b = 0.1); SO3Grid(4) fast mode; element pairing; float64",
 }
 
 
@@ -60,13 +60,13 @@ def build(model: str, device: str, env_block: int = 256):
 
     from molntk.features.environments import FeatureConfig
     from molntk.kernels.molecular import MolecularKernel
-    from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
+    from molntk.kernels.so3 import Dense, Lift, Nonlinearity, Pool, SO3Grid, serial
+    from molntk.kernels.so3.spec import parse_architecture
 
     if model == "fast":
         net, grid, features = serial(Lift(3, 1.0, 0.1), Nonlinearity("relu"), Pool(), Dense(1.0, 0.1)), SO3Grid(2), FeatureConfig(band_limit=3)
     else:
-        net = serial(Lift(4, 1.0, 0.1), Nonlinearity("relu"), GroupConv(3, 1.0, 0.1), Nonlinearity("relu"), Pool(), Dense(1.0, 0.1))
-        grid, features = SO3Grid(3), FeatureConfig()
+        net, grid, features = parse_architecture("lift:3 erf pool dense", sigma_w=1.0, sigma_b=0.1), SO3Grid(4), FeatureConfig()
     return MolecularKernel(net, net.discretisation(grid, "fast", torch.float64, device), block_size=env_block), features
 
 

@@ -14,41 +14,17 @@ import typer
 
 from molntk.cli.config_cmd import SetOption
 from molntk.cli.output import print_json, print_qm9_summary
-from molntk.config import ConfigProblem, ConfigValidationError, QM9DataConfig, QM9SummaryConfig, load_config
+from molntk.config import QM9SummaryConfig, load_config
 
 if TYPE_CHECKING:
     from molntk.config import ImageClassificationConfig, QM9PropertyConfig
-    from molntk.data.qm9 import QM9
-
-
-def load_qm9_data(data: QM9DataConfig, source: str) -> QM9:
-    """The QM9 molecules a ``data`` section asks for, with its split checked against their number.
-
-    ``source`` names the configuration in the error raised when
-    ``n_train + n_valid`` leaves no test molecules.
-    """
-    if data.source == "torch-geometric":
-        from molntk.data.pyg import load_pyg_qm9
-
-        molecules = load_pyg_qm9(data.root)
-    else:
-        from molntk.data.qm9 import load_qm9
-
-        molecules = load_qm9(data.cache_dir)
-    n_train, n_valid = data.split.n_train, data.split.n_valid
-    if n_train + n_valid >= len(molecules):
-        problem = (
-            f"n_train + n_valid = {n_train:,} + {n_valid:,} = {n_train + n_valid:,} leaves no test molecules: "
-            f"QM9 from {data.source} has {len(molecules):,}"
-        )
-        raise ConfigValidationError([ConfigProblem(source, "data.split", problem)])
-    return molecules
 
 
 def run_qm9_summary(config: QM9SummaryConfig, source: str) -> dict[str, Any]:
     """``task: qm9-summary``: :func:`~molntk.data.qm9.qm9_summary` with the configured split sizes."""
     from molntk.data.qm9 import qm9_summary
     from molntk.data.splits import standard_split
+    from molntk.pipelines.qm9 import load_qm9_data
 
     data = config.data
     molecules = load_qm9_data(data, source)

@@ -33,14 +33,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from molntk.config import QM9PropertyConfig
+from molntk.config import ConfigProblem, ConfigValidationError, QM9DataConfig, QM9PropertyConfig
 from molntk.data.molecule import Molecule
 from molntk.pipelines.molecule_kernels import MoleculeGroup, MoleculeKernel
+
+if TYPE_CHECKING:
+    from molntk.data.qm9 import QM9
 
 #: Targets whose kernels average over atom pairs when ``reduce: auto`` (intensive).
 INTENSIVE_TARGETS = frozenset({"homo", "lumo", "gap"})
@@ -108,8 +111,32 @@ class QM9Sets:
         return MoleculeGroup(self.train_molecules[:n], self.test.dtype, self.test.device)
 
 
+def load_qm9_data(data: QM9DataConfig, source: str) -> QM9:
+    """The QM9 molecules a ``data`` section asks for, with its split checked against their number.
+
+    ``source`` names the configuration in the error raised when
+    ``n_train + n_valid`` leaves no test molecules.
+    """
+    if data.source == "torch-geometric":
+        from molntk.data.pyg import load_pyg_qm9
+
+        molecules = load_pyg_qm9(data.root)
+    else:
+        from molntk.data.qm9 import load_qm9
+
+        molecules = load_qm9(data.cache_dir)
+    n_train, n_valid = data.split.n_train, data.split.n_valid
+    if n_train + n_valid >= len(molecules):
+        problem = (
+            f"n_train + n_valid = {n_train:,} + {n_valid:,} = {n_train + n_valid:,} leaves no test molecules: "
+            f"QM9 from {data.source} has {len(molecules):,}"
+        )
+        raise ConfigValidationError([ConfigProblem(source, "data.split", problem)])
+    return molecules
+
+
 def load_sets(config: QM9PropertyConfig, source: str, dtype: torch.dtype, device: str) -> QM9Sets:
-    from molntk.cli.run import load_qm9_data
+    """Molecules and targets of a run (module docstring, step 1)."""
     from molntk.data.qm9 import QM9_TARGETS
     from molntk.data.splits import nested_subsets, standard_split
 

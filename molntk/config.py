@@ -420,12 +420,49 @@ class QM9RegressionConfig(Section):
     accuracy assumed of quadrature kernels (fast-mode SO(3), rotation-averaged MLP):
     train-kernel eigenvalues down to −psd_rtol × the largest are clipped to 0 (measured on
     QM9 at grid band limit 2, ReLU: kernel error ≈ 2e-4, smallest eigenvalue ≈ −1e-5 ×
-    largest), and their λ is not chosen below psd_rtol × mean(diag K)."""
+    largest), and their λ is not chosen below psd_rtol × mean(diag K).
+
+    Large training sets: λ is chosen by CV (one O(n³) eigendecomposition) on sizes up to
+    ``eigh_max``; a larger size reuses the relative λ (λ / mean diag K) of the largest
+    size ≤ eigh_max and is solved by ``large_solver``: Cholesky, PCG (relative residual
+    ``pcg_tol``), or auto (Cholesky when its n² · 8-byte factor fits a quarter of the RAM)."""
 
     cv: Literal["loo", "kfold", "gcv"] = "loo"
     residual: Literal["auto", "dressed-atom", "none"] = "auto"
     reduce: Literal["auto", "sum", "mean"] = "auto"
     psd_rtol: Annotated[float, Field(gt=0, lt=1)] = 1e-4
+    eigh_max: Count = 5000
+    large_solver: Literal["auto", "cholesky", "pcg"] = "auto"
+    pcg_tol: Annotated[float, Field(gt=0, lt=1)] = 1e-8
+
+
+class ComputeConfig(Section):
+    """Where the kernel blocks are computed and where the matrices live; the numbers of a
+    run do not depend on it (the blocks are the same, :mod:`molntk.scale`), so a config
+    moves from a laptop to GPUs or a cluster with ``--set compute.…`` only.
+
+    ``executor``: ``auto`` (every visible GPU when ``kernel.device`` resolves to CUDA, else
+    this process), ``serial``, ``devices`` (all visible GPUs, one thread each) or ``dask``
+    (``workers`` local worker processes, or the existing cluster at ``scheduler``, e.g.
+    ``tcp://10.0.0.1:8786``). ``block_molecules``: largest block side; ``memory_budget_mb``:
+    memory for one block (null: a quarter of the available RAM, half the free GPU memory).
+    ``storage``: ``memory``, or ``disk``: the assembled matrices are ``.npy`` memory maps
+    in ``<output>/kernel_matrices/`` (for training sets whose n² · 8 bytes exceed the RAM)."""
+
+    executor: Literal["auto", "serial", "devices", "dask"] = "auto"
+    workers: Count | None = None
+    scheduler: str | None = None
+    block_molecules: Count = 256
+    memory_budget_mb: Positive | None = None
+    storage: Literal["memory", "disk"] = "memory"
+
+    @model_validator(mode="after")
+    def _dask_settings(self) -> ComputeConfig:
+        if self.executor == "dask" and (self.workers is None) == (self.scheduler is None):
+            raise FieldError("executor", "'dask' needs exactly one of 'workers' (a local cluster) or 'scheduler' (an existing one)")
+        if self.executor != "dask" and (self.workers is not None or self.scheduler is not None):
+            raise FieldError("workers" if self.workers is not None else "scheduler", f"only used with executor 'dask', not {self.executor!r}")
+        return self
 
 
 class InvarianceConfig(Section):
@@ -462,8 +499,19 @@ class QM9PropertyConfig(TaskConfig):
     models: QM9ModelsConfig = QM9ModelsConfig()
     regression: QM9RegressionConfig = QM9RegressionConfig()
     invariance: InvarianceConfig = InvarianceConfig()
+    compute: ComputeConfig = ComputeConfig()
     output: UserPath | None = Field(default=None, description="output folder (default results/<name>/)")
     cache: bool = Field(default=True, description="keep kernel blocks in <output>/kernel_cache: a killed run resumes")
+
+    @model_validator(mode="after")
+    def _lambda_has_a_source(self) -> QM9PropertyConfig:
+        smallest = self.learning_curve.n_train[0]
+        if smallest > self.regression.eigh_max:
+            raise FieldError(
+                "regression.eigh_max",
+                f"{self.regression.eigh_max} is below the smallest n_train {smallest}: λ is chosen by CV on a size ≤ eigh_max",
+            )
+        return self
 
 # ---------------------------------------------------------------------------------------
 # Problems and their messages

@@ -314,6 +314,82 @@ def test_killed_run_resumes_from_its_kernel_cache_with_the_same_numbers(tmp_path
     assert numbers[0] == numbers[1]
 
 
+SMALL = (
+    "task: qm9-property\nlearning_curve: {n_train: [10, 24], n_test: 8, n_select: 10}\n"
+    "invariance: {n_molecules: 3, n_rotations: 2}\nkernel: {grid_band_limit: 3, threads: 1}\n"
+    "models: {so3_ntk: {candidates: [{layers: 'lift:3 erf pool dense', sigma_b: 0.1}]}, mlp_ntk: null,\n"
+    "         augmented_mlp_ntk: null, coulomb_matrix: null, bag_of_bonds: null, power_spectrum: {zetas: [1, 2]}}\n"
+    "compute: {block_molecules: 6}\ncache: false\n"
+)
+
+
+def _numbers(document: dict) -> list[dict]:
+    keys = ("model", "n_train", "mae", "rmse", "r2", "invariance_error", "hyperparameters")
+    return [{k: r[k] for k in keys} for r in document["result"]["records"]]
+
+
+def test_dask_workers_and_out_of_core_matrices_give_the_serial_numbers(tmp_path):
+    """The same config on 2 local Dask workers (``--workers 2``) and with the matrices as
+    ``.npy`` memory maps (``compute.storage=disk``; the engine's memmaps are tested in
+    test_scale.py): the blocks are the same, so every reported number equals the serial
+    in-RAM run's exactly."""
+    pytest.importorskip("distributed")
+    config = tmp_path / "small.yaml"
+    config.write_text(SMALL)
+    runs = {}
+    for label, extra in {"serial": [], "dask": ["--workers", "2"], "disk": ["--set", "compute.storage=disk"]}.items():
+        result = CliRunner().invoke(app, ["run", str(config), "--json", "--set", f"output={tmp_path / label}", *extra])
+        assert result.exit_code == 0, result.output
+        runs[label] = json.loads(result.stdout)
+    assert runs["dask"]["result"]["executor"] == "DaskExecutor"
+    assert runs["serial"]["result"]["executor"] == "SerialExecutor"
+    assert _numbers(runs["dask"]) == _numbers(runs["serial"])
+    assert _numbers(runs["disk"]) == _numbers(runs["serial"])
+    storage = {r["model"]: r["storage"] for r in runs["disk"]["result"]["kernel_seconds"]}
+    assert storage == {"so3-ntk": "disk", "power-spectrum": "disk"}
+    assert {r["storage"] for r in runs["serial"]["result"]["kernel_seconds"]} == {"memory"}
+    scratch = tmp_path / "disk" / "kernel_matrices"
+    assert scratch.is_dir() and not list(scratch.iterdir())  # each model's matrices deleted once evaluated
+
+
+def test_sizes_above_eigh_max_reuse_the_cv_lambda_with_cholesky_or_pcg(tmp_path):
+    """eigh_max = 10: N = 10 chooses λ by LOO; N = 18 and 24 reuse its relative λ and solve
+    by Cholesky or by PCG on out-of-core matrices (N = 18 is a non-contiguous view of the
+    stored 24 × 24 matrix). Both solve the same system: PCG stops at a relative residual of
+    1e-12 and κ(K + λI) ≤ (n · max diag K + λ) / λ ≤ 24 / psd_rtol (λ ≥ psd_rtol · mean diag,
+    psd_rtol = 1e-4 here) ≈ 2.4e5, so the solutions, and the MAEs, agree to ≲ 3e-7 relative;
+    1e-6 leaves margin and still catches a wrong λ or system."""
+    config = tmp_path / "large.yaml"
+    config.write_text(SMALL.replace("n_train: [10, 24]", "n_train: [10, 18, 24]").replace("power_spectrum: {zetas: [1, 2]}", "power_spectrum: null"))
+    runs = {}
+    for solver, extra in {"cholesky": [], "pcg": ["--set", "compute.storage=disk", "--set", "regression.pcg_tol=1e-12"]}.items():
+        result = CliRunner().invoke(app, [
+            "run", str(config), "--json", "--set", f"output={tmp_path / solver}", "--set", "regression.eigh_max=10",
+            "--set", f"regression.large_solver={solver}", *extra,
+        ])
+        assert result.exit_code == 0, result.output
+        runs[solver] = {r["n_train"]: r for r in json.loads(result.stdout)["result"]["records"] if r["model"] == "so3-ntk"}
+    for solver, records in runs.items():
+        assert [records[n]["solver"] for n in (10, 18, 24)] == ["eigh", solver, solver]
+        assert records[18]["reg_relative"] == pytest.approx(records[10]["reg_relative"], rel=1e-12)
+        assert records[24]["reg_relative"] == pytest.approx(records[10]["reg_relative"], rel=1e-12)
+    for n in (18, 24):
+        assert runs["pcg"][n]["mae"] == pytest.approx(runs["cholesky"][n]["mae"], rel=1e-6)
+    assert runs["pcg"][10]["mae"] == runs["cholesky"][10]["mae"]
+
+
+def test_compute_section_is_validated(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    with pytest.raises(ConfigValidationError, match="exactly one of 'workers'"):
+        load_config(str(config), ["compute.executor=dask"])
+    with pytest.raises(ConfigValidationError, match="only used with executor 'dask'"):
+        load_config(str(config), ["compute.workers=2"])
+    with pytest.raises(ConfigValidationError, match="below the smallest n_train 10"):
+        load_config(str(config), ["regression.eigh_max=5"])
+    assert load_config(str(config), ["compute.executor=dask", "compute.scheduler=tcp://127.0.0.1:8786"]).compute.scheduler
+
+
 def test_several_targets_share_kernels_by_reduction(tmp_path):
     """HOMO (intensive: mean-pooled kernel, no dressed atoms), U0 and μ (sum) in one run: one
     kernel per reduction, each target fitted on its own; dressed atoms are reported for all."""

@@ -25,6 +25,7 @@ from molntk.scale import (
     MolecularBlockKernel,
     SerialExecutor,
     block_side,
+    assemble_kernels,
     kernel_matrices,
     plan_blocks,
     round_robin,
@@ -66,6 +67,17 @@ def test_plan_computes_each_symmetric_block_once():
     assert len(blocks) - len(train) == 1 * 3
 
 
+def test_plan_starts_a_block_at_every_boundary():
+    """Learning-curve sizes 3 and 7 of 10 molecules, side 4: cuts 0-3, 3-7, 7-10; every
+    prefix up to a boundary is a union of whole blocks."""
+    blocks = plan_blocks(np.arange(10), None, 4, boundaries=[3, 7, 10, 0])
+    starts = sorted({b.row_slice.start for b in blocks})
+    assert starts == [0, 3, 7]
+    assert all(b.row_slice.stop - b.row_slice.start <= 4 for b in blocks)
+    assert sorted({b.row_slice.stop for b in blocks}) == [3, 7, 10]
+    assert len(plan_blocks(np.arange(10), None, 2, boundaries=[5])) == len([0, 2, 4, 5, 7, 9]) * 7 // 2
+
+
 def test_block_side_from_memory_budget():
     assert block_side(10_000, budget_bytes=64 * 100**2, bytes_per_pair=64) == 100
     assert block_side(10_000, budget_bytes=2**40, bytes_per_pair=64, max_block=256) == 256
@@ -104,6 +116,27 @@ def test_baseline_kernels_through_the_block_engine(molecules):
     K = kernel_matrices(MolecularBlockKernel(kernel, molecules), TRAIN, TEST, block_size=5, executor=SerialExecutor())
     assert np.array_equal(K["kernel_train"], kernel(molecules[:24]).numpy())
     np.testing.assert_allclose(K["kernel_test"], kernel(molecules[24:], molecules[:24]).numpy(), rtol=1e-14)
+
+
+def test_out_of_core_matrices_and_block_seconds(block_kernel, tmp_path, one_thread):
+    """``storage_dir``: the matrices are whole ``.npy`` files (no ``.partial`` left), read-only
+    memmaps equal to the in-memory assembly bit for bit; block seconds are positive, sum per
+    prefix, and a rerun from the cache reports the seconds recorded when blocks were computed."""
+    in_memory = assemble_kernels(block_kernel, TRAIN, TEST, block_size=6, boundaries=[10], executor=SerialExecutor()).matrices
+    stored = assemble_kernels(block_kernel, TRAIN, TEST, block_size=6, boundaries=[10], executor=SerialExecutor(),
+                              storage_dir=tmp_path / "K", cache_dir=tmp_path / "cache")
+    assert sorted(p.name for p in (tmp_path / "K").iterdir()) == sorted(f"{name}.npy" for name in in_memory)
+    for name, matrix in stored.matrices.items():
+        assert isinstance(matrix, np.memmap) and not matrix.flags.writeable
+        assert np.array_equal(matrix, in_memory[name]), name
+    assert (stored.seconds > 0).all() and len(stored.seconds) == len(stored.blocks)
+    train_10, test_10 = stored.seconds_up_to(10)
+    train_all, test_all = stored.seconds_up_to(24)
+    assert 0 < train_10 < train_all and 0 < test_10 < test_all
+    assert train_all + test_all == pytest.approx(stored.seconds.sum())
+    again = assemble_kernels(block_kernel, TRAIN, TEST, block_size=6, boundaries=[10], executor=SerialExecutor(),
+                             cache_dir=tmp_path / "cache")
+    assert np.array_equal(again.seconds, stored.seconds)
 
 
 def test_device_executor_round_robin_and_equal_to_serial(block_kernel, one_thread):

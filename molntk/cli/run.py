@@ -95,9 +95,23 @@ def run(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON document {config, result} instead of tables.")
     ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="Compute kernel blocks on a local Dask cluster of this many worker processes "
+                     "(same as --set compute.executor=dask --set compute.workers=N)."),
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(help="Compute kernel blocks on the Dask cluster at this scheduler address, e.g. tcp://10.0.0.1:8786."),
+    ] = None,
 ) -> None:
     """Validate a configuration and run the job its 'task' key names."""
-    resolved = load_config(config, overrides or ())
+    overrides = list(overrides or ())
+    if workers is not None or scheduler is not None:
+        overrides.append("compute.executor=dask")
+        overrides += [f"compute.workers={workers}"] if workers is not None else []
+        overrides += [f"compute.scheduler={scheduler}"] if scheduler is not None else []
+    resolved = load_config(config, overrides)
     runner = RUNNERS[resolved.task]
     result = runner.compute(resolved, config)
     if as_json:

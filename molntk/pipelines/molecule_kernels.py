@@ -8,11 +8,14 @@ the kernel itself for the classic ones (power spectrum, Coulomb matrix, bag of b
 
 A :class:`MoleculeGroup` computes the environment feature maps of its molecules once per
 :class:`~molntk.features.environments.FeatureConfig`, so all models built on the same
-feature maps share them.
+feature maps share them. :class:`MoleculeBlockKernel` makes a MoleculeKernel on a group a
+block kernel of :mod:`molntk.scale` (descriptors once, a kernel call per block), so the
+pipeline's matrices come from the block engine: cached, resumable, on GPUs or Dask.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -128,3 +131,40 @@ def laplacian_candidates(
     """Laplacian kernels with σ = factor × median L1 distance among ``reference`` (training molecules)."""
     median = median_l1_width(descriptor(list(reference)))
     return [GlobalDescriptorKernel(LaplacianKernel(descriptor, factor * median)) for factor in width_factors]
+
+
+class MoleculeBlockKernel:
+    """A block kernel (:mod:`molntk.scale.blocks`) of a :class:`MoleculeKernel` on a group:
+    the descriptors of every molecule are computed once, here; a block is the kernel
+    between the descriptor subsets of its molecules, ``{"kernel": K[rows, cols]}``.
+    ``key``: the cache key (content hash of the model, its settings and the molecules)."""
+
+    def __init__(self, kernel: MoleculeKernel, group: MoleculeGroup, key: str) -> None:
+        self.kernel = kernel
+        self.descriptors = kernel.describe(group)
+        self.n_molecules = len(group)
+        self._key = key
+
+    def cache_key(self) -> str:
+        return self._key
+
+    def compute_block(self, rows: np.ndarray, cols: np.ndarray | None) -> dict[str, np.ndarray]:
+        from molntk.scale.molecular import subset
+
+        a = subset(self.descriptors, rows)
+        with torch.no_grad():
+            return {"kernel": self.kernel(a, None if cols is None else subset(self.descriptors, cols))}
+
+    def on(self, device: str) -> MoleculeBlockKernel:
+        """A copy computing on ``device``: descriptors moved, an SO(3) kernel's discretisation
+        rebuilt there; the cache key is unchanged."""
+        from molntk.scale.molecular import to_device
+
+        copy = object.__new__(MoleculeBlockKernel)
+        copy.__dict__.update(self.__dict__)
+        copy.descriptors = to_device(self.descriptors, device)
+        if isinstance(self.kernel, SO3NTKKernel):
+            inner = self.kernel.kernel
+            ctx = inner.network.discretisation(inner.ctx.grid, inner.ctx.mode, inner.ctx.dtype, device)
+            copy.kernel = dataclasses.replace(self.kernel, kernel=dataclasses.replace(inner, ctx=ctx))
+        return copy

@@ -11,12 +11,14 @@ predictions):
    molecules: each candidate's kernel, its λ and its score by cross-validation
    (:class:`~molntk.regression.KernelRegressor`), lowest CV error wins. The search is in
    the report.
-3. The chosen kernel is evaluated in *shells* of the nested training sets: shell k holds
-   training molecules n_{k−1} … n_k, and the blocks (shell k × shells ≤ k), (test ×
-   shell k) and (rotated × shell k) are computed once each. The kernel of training size
-   n_k is the top-left block, and its cost is the measured time of shells ≤ k, so
+3. The chosen kernel is computed by the block engine (:mod:`molntk.scale`: blocks under a
+   memory budget, an on-disk cache, GPUs or Dask as ``compute`` says): K(train, train)
+   of the largest training set and K(test and rotated copies, train), with a block
+   boundary at every training size. The kernel of training size n_k is the top-left
+   block, and its cost is the measured compute time of the blocks inside it, so
    ``fit_seconds`` (kernel of the training set + regression fit) and
-   ``predict_seconds`` (test × train kernel + product) are measured, not extrapolated.
+   ``predict_seconds`` (test × train kernel + product) are measured, not extrapolated;
+   a rerun finds the blocks (and their recorded times) in the cache.
 4. Per target and training size: the dressed-atom model is fitted (floor, and the
    baseline whose residual the kernels learn for extensive energies), then kernel ridge
    on the residual with λ by CV; MAE, RMSE, R² on the test set; the invariance error is
@@ -27,8 +29,10 @@ predictions):
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,7 +44,7 @@ import torch
 
 from molntk.config import ConfigProblem, ConfigValidationError, QM9DataConfig, QM9PropertyConfig
 from molntk.data.molecule import Molecule
-from molntk.pipelines.molecule_kernels import MoleculeGroup, MoleculeKernel
+from molntk.pipelines.molecule_kernels import MoleculeBlockKernel, MoleculeGroup, MoleculeKernel
 
 if TYPE_CHECKING:
     from molntk.data.qm9 import QM9
@@ -94,21 +98,34 @@ def target_settings(config: QM9PropertyConfig, target: str) -> tuple[str, bool]:
 
 @dataclass
 class QM9Sets:
-    """Molecules and target values of one run: nested training shells, test and rotated sets."""
+    """Molecules and target values of one run. ``molecules`` holds the largest training set
+    (its first n are the training set of size n), then the test set, then the rotated
+    copies of the invariance set: one group, so each model describes every molecule once."""
 
     sizes: list[int]
-    shells: list[MoleculeGroup]
-    test: MoleculeGroup
-    rotated: MoleculeGroup
+    molecules: MoleculeGroup
+    n_test: int
+    n_rotated: int
     n_rotations: int
     train_targets: dict[str, np.ndarray]
     test_targets: dict[str, np.ndarray]
-    train_molecules: list[Molecule]
     units: dict[str, str]
 
-    def selection(self, n: int) -> MoleculeGroup:
-        """The first ``n`` training molecules, as a group of their own."""
-        return MoleculeGroup(self.train_molecules[:n], self.test.dtype, self.test.device)
+    @property
+    def n_train(self) -> int:
+        return self.sizes[-1]
+
+    @property
+    def train_molecules(self) -> list[Molecule]:
+        return self.molecules.molecules[: self.n_train]
+
+    @property
+    def test_molecules(self) -> list[Molecule]:
+        return self.molecules.molecules[self.n_train : self.n_train + self.n_test]
+
+    @property
+    def rotated_molecules(self) -> list[Molecule]:
+        return self.molecules.molecules[self.n_train + self.n_test :]
 
 
 def load_qm9_data(data: QM9DataConfig, source: str) -> QM9:
@@ -149,19 +166,16 @@ def load_sets(config: QM9PropertyConfig, source: str, dtype: torch.dtype, device
     test_idx = split.test if curve.n_test is None else split.test[: curve.n_test]
     train = qm9.molecules(train_idx.tolist())
     test = qm9.molecules(test_idx.tolist())
-    bounds = [0, *sizes]
-    shells = [MoleculeGroup(train[a:b], dtype, device) for a, b in zip(bounds, bounds[1:])]
     inv = config.invariance
     rotated = rotated_copies(test[: inv.n_molecules], inv.n_rotations, inv.seed)
     return QM9Sets(
         sizes=sizes,
-        shells=shells,
-        test=MoleculeGroup(test, dtype, device),
-        rotated=MoleculeGroup(rotated, dtype, device),
+        molecules=MoleculeGroup([*train, *test, *rotated], dtype, device),
+        n_test=len(test),
+        n_rotated=len(rotated),
         n_rotations=inv.n_rotations,
         train_targets={t: np.asarray(qm9.target(t))[train_idx] for t in config.targets},
         test_targets={t: np.asarray(qm9.target(t))[test_idx] for t in config.targets},
-        train_molecules=train,
         units={t: QM9_TARGETS[t].unit for t in config.targets},
     )
 
@@ -282,75 +296,90 @@ def dressed_atom(train: Sequence[Molecule], y_train: np.ndarray, *others: Sequen
     return tuple(model.predict(element_counts(mols, QM9_ELEMENTS)) for mols in (train, *others))
 
 
-def fit_kernel_ridge(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, quadrature: bool) -> Any:
-    """Kernel ridge (the NTK mean at t = ∞) with λ by the configured cross-validation.
+def fit_kernel_ridge(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, quadrature: bool,
+                     reg_relative: float | None = None) -> Any:
+    """Kernel ridge (the NTK mean at t = ∞).
 
-    A quadrature kernel is accurate to about psd_rtol relative, so λ is searched only down
-    to psd_rtol · mean(diag K): a smaller λ would fit the quadrature error (it amplifies a
-    1e-4 kernel error into prediction errors larger than the signal; measured on QM9).
+    Without ``reg_relative``: λ by the configured cross-validation from one
+    eigendecomposition. A quadrature kernel is accurate to about psd_rtol relative, so λ is
+    searched only down to psd_rtol · mean(diag K): a smaller λ would fit the quadrature
+    error (it amplifies a 1e-4 kernel error into prediction errors larger than the signal;
+    measured on QM9).
+
+    With ``reg_relative`` (training sets above ``regression.eigh_max``, where an O(n³)
+    eigendecomposition is too slow): λ = reg_relative · mean(diag K), the relative λ chosen
+    by CV at a smaller nested size, and (K + λI) W = y solved by Cholesky (when its factor
+    fits a quarter of the available RAM, or ``large_solver: cholesky``) or by PCG.
     """
     from molntk.regression import KernelRegressor
     from molntk.regression.selection import relative_grid_from
 
     reg = config.regression
-    grid = relative_grid_from(reg.psd_rtol) if quadrature else None
-    return KernelRegressor("ntk", reg="cv", cv=reg.cv, psd_rtol=reg.psd_rtol, relative_grid=grid).fit(K, y)
+    if reg_relative is None:
+        grid = relative_grid_from(reg.psd_rtol) if quadrature else None
+        return KernelRegressor("ntk", reg="cv", cv=reg.cv, psd_rtol=reg.psd_rtol, relative_grid=grid).fit(K, y)
+    from molntk.regression.solvers import cholesky_fits
+    from molntk.scale.memory import available_ram_bytes
+
+    solver = reg.large_solver
+    if solver == "auto":
+        solver = "cholesky" if cholesky_fits(len(K), available_ram_bytes() // 4) else "pcg"
+    lam = reg_relative * float(np.mean(np.diagonal(K)))
+    return KernelRegressor("ntk", reg=lam, solver=solver, pcg_tol=reg.pcg_tol, psd_rtol=reg.psd_rtol).fit(K, y)
 
 
-class KernelBlocks:
-    """Blocks of one candidate's kernel between groups of the run, each computed once.
+@dataclass(frozen=True)
+class Engine:
+    """How the run's kernel matrices are computed (:mod:`molntk.scale`): the executor, the
+    block cache (None: off), the block side and memory budget, and the folder of
+    out-of-core matrices (None: in RAM)."""
 
-    Groups are tagged: training shells 0, 1, …, the test set −1, the rotated set −2, the
-    selection set −3. Descriptors are computed when a block first needs them. With a
-    ``cache_dir`` every block is a checksummed file (:class:`molntk.scale.BlockCache`)
-    keyed by the model, its hyperparameters, the feature and engine settings, the
-    molecules of every group and the molntk version, holding the matrix and the seconds
-    its computation took: a killed run, rerun, loads the finished blocks, recomputes the
-    rest, and reports the same kernels and times.
-    """
+    executor: Any
+    cache_dir: Path | None
+    block_molecules: int
+    memory_budget_mb: float | None
+    matrices_dir: Path | None
 
-    def __init__(self, candidate: Candidate, groups: dict[int, MoleculeGroup], key: dict[str, Any], cache_dir: Path | None):
-        from molntk.scale import BlockCache
-        from molntk.scale.molecular import molecule_fingerprint
+    def assemble(self, block_kernel: Any, train: np.ndarray, test: np.ndarray | None = None, *,
+                 progress: Callable[[int, int], None] | None = None, storage: str | None = None, **plan: Any) -> Any:
+        from molntk.scale import assemble_kernels
 
-        self.candidate, self.groups = candidate, groups
-        self._descs: dict[int, Any] = {}
-        fingerprints = {str(tag): molecule_fingerprint(g.molecules) for tag, g in groups.items()}
-        material = json.dumps({**key, "candidate": candidate.params, "groups": fingerprints}, sort_keys=True, default=str)
-        self.cache = None if cache_dir is None else BlockCache(cache_dir, material)
-
-    def _desc(self, tag: int) -> Any:
-        if tag not in self._descs:
-            self._descs[tag] = self.candidate.kernel.describe(self.groups[tag])
-        return self._descs[tag]
-
-    def block(self, rows: int, cols: int | None) -> tuple[np.ndarray, float]:
-        """K(group rows, group cols) (cols None: rows with itself, symmetric) and its compute seconds."""
-        r, c = np.array([rows]), None if cols is None else np.array([cols])
-        if self.cache is not None and (hit := self.cache.load(r, c)) is not None:
-            return hit["kernel"], float(hit["seconds"])
-        start = time.perf_counter()
-        matrix = self.candidate.kernel(self._desc(rows), None if cols is None else self._desc(cols))
-        seconds = time.perf_counter() - start
-        if self.cache is not None:
-            self.cache.store(r, c, {"kernel": matrix, "seconds": np.asarray(seconds)})
-        return matrix, seconds
+        storage_dir = None if self.matrices_dir is None or storage is None else self.matrices_dir / storage
+        return assemble_kernels(
+            block_kernel, train, test, cache_dir=self.cache_dir, memory_budget_mb=self.memory_budget_mb,
+            block_size=self.block_molecules, executor=self.executor, progress=progress, storage_dir=storage_dir, **plan,
+        )
 
 
-SELECTION, TEST, ROTATED = -3, -1, -2
+def block_kernel(candidate: Candidate, sets: QM9Sets, key: dict[str, Any]) -> MoleculeBlockKernel:
+    """The candidate's kernel on the run's molecules as a block kernel; its cache key hashes
+    the model, its hyperparameters, the feature and engine settings (``key``), the molecules
+    and their order, so a rerun of the same config finds its blocks and nothing else does."""
+    from molntk.scale.molecular import molecule_fingerprint
+
+    material = {**key, "candidate": candidate.params, "molecules": molecule_fingerprint(sets.molecules.molecules)}
+    digest = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
+    return MoleculeBlockKernel(candidate.kernel, sets.molecules, digest)
+
+
+def block_boundaries(sets: QM9Sets, config: QM9PropertyConfig) -> list[int]:
+    """Training positions where kernel blocks start: every training size and ``n_select``.
+    The selection kernel and the learning-curve kernels are then made of the same blocks."""
+    return sorted({*sets.sizes, config.learning_curve.n_select})
 
 
 def select_candidate(
-    candidates: list[Candidate], blocks: list[KernelBlocks], y: np.ndarray, config: QM9PropertyConfig
+    candidates: list[Candidate], kernels: Sequence[MoleculeBlockKernel], y: np.ndarray, config: QM9PropertyConfig,
+    engine: Engine, boundaries: Sequence[int],
 ) -> tuple[int, list[dict[str, Any]]]:
-    """Index of the candidate with the lowest CV error on the selection set (targets ``y``),
-    and the search table."""
+    """Index of the candidate with the lowest CV error on the selection set (the first
+    ``len(y)`` training molecules, targets ``y``), and the search table."""
     if len(candidates) == 1:
         return 0, [{"candidate": candidates[0].label, "params": candidates[0].params, "cv_rmse": None, "chosen": True}]
     rows = []
-    for cand, kernel_blocks in zip(candidates, blocks):
-        K, seconds = kernel_blocks.block(SELECTION, None)
-        model = fit_kernel_ridge(K, y, config, cand.quadrature)
+    for cand, kernel in zip(candidates, kernels):
+        selection = engine.assemble(kernel, np.arange(len(y)), boundaries=boundaries)
+        model = fit_kernel_ridge(selection.matrices["kernel_train"], y, config, cand.quadrature)
         curve = model.info["cv"]
         rmse = math.sqrt(curve["score"][curve["best_index"]]) * float(np.mean(model.info["target_scale"]))
         rows.append({
@@ -359,7 +388,7 @@ def select_candidate(
             "cv_rmse": rmse,
             "reg_relative": model.info["reg_relative"],
             "at_grid_edge": curve["at_grid_edge"],
-            "kernel_seconds": seconds,
+            "kernel_seconds": float(selection.seconds.sum()),
         })
     best = int(np.argmin([row["cv_rmse"] for row in rows]))
     for i, row in enumerate(rows):
@@ -369,44 +398,44 @@ def select_candidate(
 
 @dataclass
 class ShellKernels:
-    """The chosen kernel on the run's sets, assembled from shells, with cumulative times."""
+    """The chosen kernel on the run's sets and the compute seconds of the training and test
+    kernels of each training size (cumulative over the nested sizes)."""
 
     train: np.ndarray
     test: np.ndarray
     rotated: np.ndarray
     train_seconds: np.ndarray
     test_seconds: np.ndarray
+    folder: Path | None = None
+
+    @property
+    def storage(self) -> str:
+        return "memory" if self.folder is None else "disk"
+
+    def release(self) -> None:
+        """Drop the matrices; out-of-core ones are deleted from disk (they are scratch:
+        the block cache is what a rerun reuses, and a full-QM9 matrix is ~97 GB)."""
+        self.train = self.test = self.rotated = np.zeros((0, 0))
+        if self.folder is not None:
+            shutil.rmtree(self.folder)
 
 
-def shell_kernels(blocks: KernelBlocks, sets: QM9Sets, progress: Progress | None, label: str) -> ShellKernels:
-    """K(train, train), K(test, train), K(rotated, train), shell by shell (module docstring, step 3)."""
-    n, n_shells = sets.sizes[-1], len(sets.shells)
-    K = np.zeros((n, n))
-    K_test = np.zeros((len(sets.test), n))
-    K_rot = np.zeros((len(sets.rotated), n))
-    t_train, t_test = np.zeros(n_shells), np.zeros(n_shells)
-    bounds = [0, *sets.sizes]
-    total, done = n_shells * (n_shells + 1) // 2 + n_shells, 0
-    for k in range(n_shells):
-        rows = slice(bounds[k], bounds[k + 1])
-        for j in range(k + 1):
-            cols = slice(bounds[j], bounds[j + 1])
-            block, seconds = blocks.block(k, None if j == k else j)
-            K[rows, cols], K[cols, rows] = block, block.T
-            t_train[k] += seconds
-            done += 1
-            _report(progress, label, done, total)
-        K_test[:, rows], t_test[k] = blocks.block(TEST, k)
-        if len(sets.rotated):
-            K_rot[:, rows] = blocks.block(ROTATED, k)[0]
-        done += 1
-        _report(progress, label, done, total)
-    return ShellKernels(K, K_test, K_rot, np.cumsum(t_train), np.cumsum(t_test))
-
-
-def _report(progress: Progress | None, label: str, done: int, total: int) -> None:
-    if progress is not None:
-        progress(label, done, total)
+def shell_kernels(kernel: MoleculeBlockKernel, sets: QM9Sets, engine: Engine, boundaries: Sequence[int],
+                  progress: Progress | None, label: str) -> ShellKernels:
+    """K(train, train) and K(test and rotated, train) from the block engine (module
+    docstring, step 3): blocks start at ``boundaries`` (:func:`block_boundaries`: the
+    selection kernel's blocks are reused from the cache) and at the end of the test set
+    (so the test kernel's cost is measured apart from the rotated copies')."""
+    n, m = sets.n_train, sets.n_test
+    assembly = engine.assemble(
+        kernel, np.arange(n), n + np.arange(m + sets.n_rotated),
+        boundaries=boundaries, test_boundaries=[m], storage=label,
+        progress=None if progress is None else (lambda done, total: progress(label, done, total)),
+    )
+    K_test = assembly.matrices["kernel_test"]
+    seconds = np.array([assembly.seconds_up_to(size, test_rows=m) for size in sets.sizes])
+    folder = None if engine.matrices_dir is None else engine.matrices_dir / label
+    return ShellKernels(assembly.matrices["kernel_train"], K_test[:m], K_test[m:], seconds[:, 0], seconds[:, 1], folder)
 
 
 def invariance_error(pred_test: np.ndarray, pred_rot: np.ndarray, n_rotations: int) -> float | None:
@@ -431,60 +460,81 @@ def _record(model: str, target: str, n: int, unit: str, y_true: np.ndarray, y_pr
 
 
 def run_qm9_property(
-    config: QM9PropertyConfig, source: str, progress: Progress | None = None, cache_dir: Path | None = None
+    config: QM9PropertyConfig,
+    source: str,
+    progress: Progress | None = None,
+    cache_dir: Path | None = None,
+    matrices_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the pipeline (kernel blocks cached under ``cache_dir`` when given); returns
-    ``{"records", "search", "predictions", "kernel_seconds", "sizes", …}``."""
+    """Run the pipeline; returns ``{"records", "search", "predictions", "kernel_seconds",
+    "sizes", …}``. Kernel blocks are cached under ``cache_dir`` when given; with
+    ``compute.storage: disk`` the chosen kernels are ``.npy`` memory maps under ``matrices_dir``."""
+    from molntk.scale import open_executor
+
     if config.kernel.threads is not None:
         torch.set_num_threads(config.kernel.threads)
     dtype, device = engine_options(config)
     sets = load_sets(config, source, dtype, device)
-    records: list[dict[str, Any]] = []
-    search: list[dict[str, Any]] = []
-    predictions: dict[str, dict[str, list[float]]] = {}
-    kernel_seconds: list[dict[str, Any]] = []
-    n_inv = len(sets.rotated) // sets.n_rotations
-
-    by_reduce: dict[str, list[str]] = {}
-    for target in config.targets:
-        by_reduce.setdefault(target_settings(config, target)[0], []).append(target)
-    residual = {t: target_settings(config, t)[1] for t in config.targets}
-    _dressed_atom_records(sets, config.targets, records, predictions)
-    n_select = config.learning_curve.n_select
-    selection = sets.selection(n_select)
-    groups_by_tag = {**dict(enumerate(sets.shells)), TEST: sets.test, ROTATED: sets.rotated, SELECTION: selection}
-
-    for reduce, targets in by_reduce.items():
-        y_sel = np.stack([_residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
-        for name, candidates in build_candidates(config, reduce, selection.molecules).items():
-            key = {"model": name, "reduce": reduce, "features": config.features.model_dump(),
-                   "kernel": config.kernel.model_dump(exclude={"threads", "device"})}
-            blocks = [KernelBlocks(c, groups_by_tag, key, cache_dir) for c in candidates]
-            best, rows = select_candidate(candidates, blocks, y_sel, config)
-            search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
-            chosen = candidates[best]
-            kernels = shell_kernels(blocks[best], sets, progress, name)
-            kernel_seconds.append({"model": name, "reduce": reduce, "train": float(kernels.train_seconds[-1]),
-                                   "test": float(kernels.test_seconds[-1])})
-            for target in targets:
-                for k, n in enumerate(sets.sizes):
-                    records.append(_fit_and_evaluate(
-                        config, sets, kernels, name, chosen, target, residual[target], k, n, n_inv, predictions
-                    ))
+    compute = config.compute
+    if compute.storage == "disk" and matrices_dir is None:
+        raise ValueError("compute.storage 'disk' needs a folder for the kernel matrices (matrices_dir)")
+    with open_executor(compute.executor, device=device, workers=compute.workers, scheduler=compute.scheduler) as executor:
+        engine = Engine(executor, cache_dir, compute.block_molecules, compute.memory_budget_mb,
+                        matrices_dir if compute.storage == "disk" else None)
+        records, search, predictions, kernel_seconds = _run_models(config, sets, engine, progress)
     return {
         "records": records,
         "search": search,
         "predictions": predictions,
         "kernel_seconds": kernel_seconds,
         "sizes": sets.sizes,
-        "n_test": len(sets.test),
-        "n_invariance_molecules": n_inv,
+        "n_test": sets.n_test,
+        "n_invariance_molecules": sets.n_rotated // sets.n_rotations,
         "device": device,
+        "executor": type(executor).__name__,
         "dtype": str(dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
         "test_targets": {t: sets.test_targets[t].tolist() for t in config.targets},
         "units": sets.units,
     }
+
+
+def _run_models(config: QM9PropertyConfig, sets: QM9Sets, engine: Engine, progress: Progress | None) -> tuple[list, list, dict, list]:
+    """Dressed atoms, then every model: candidates chosen on the selection set, the chosen
+    kernel on the learning curve; targets that share a reduction share the kernels."""
+    records: list[dict[str, Any]] = []
+    search: list[dict[str, Any]] = []
+    predictions: dict[str, dict[str, list[float]]] = {}
+    kernel_seconds: list[dict[str, Any]] = []
+    by_reduce: dict[str, list[str]] = {}
+    for target in config.targets:
+        by_reduce.setdefault(target_settings(config, target)[0], []).append(target)
+    residual = {t: target_settings(config, t)[1] for t in config.targets}
+    _dressed_atom_records(sets, config.targets, records, predictions)
+    n_select = config.learning_curve.n_select
+    boundaries = block_boundaries(sets, config)
+    for reduce, targets in by_reduce.items():
+        y_sel = np.stack([_residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
+        for name, candidates in build_candidates(config, reduce, sets.train_molecules[:n_select]).items():
+            key = {"model": name, "reduce": reduce, "features": config.features.model_dump(),
+                   "kernel": config.kernel.model_dump(exclude={"threads", "device"})}
+            kernels = [block_kernel(c, sets, key) for c in candidates]
+            best, rows = select_candidate(candidates, kernels, y_sel, config, engine, boundaries)
+            search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
+            chosen = candidates[best]
+            shells = shell_kernels(kernels[best], sets, engine, boundaries, progress, f"{name}-{reduce}")
+            kernel_seconds.append({"model": name, "reduce": reduce, "train": float(shells.train_seconds[-1]),
+                                   "test": float(shells.test_seconds[-1]), "storage": shells.storage})
+            for target in targets:
+                reg_relative = None  # of the largest size ≤ eigh_max, for the sizes above it
+                for k, n in enumerate(sets.sizes):
+                    large = n > config.regression.eigh_max
+                    record = _fit_and_evaluate(config, sets, shells, name, chosen, target, residual[target], k, n, predictions,
+                                               reg_relative if large else None)
+                    reg_relative = reg_relative if large else record["reg_relative"]
+                    records.append(record)
+            shells.release()
+    return records, search, predictions, kernel_seconds
 
 
 def _residual_targets(sets: QM9Sets, target: str, residual: bool, n: int) -> np.ndarray:
@@ -496,43 +546,44 @@ def _residual_targets(sets: QM9Sets, target: str, residual: bool, n: int) -> np.
 
 def _dressed_atom_records(sets: QM9Sets, targets: list[str], records: list, predictions: dict) -> None:
     """The dressed-atom floor for each target and training size."""
-    n_inv = len(sets.rotated) // sets.n_rotations
     for target in targets:
         for n in sets.sizes:
             start = time.perf_counter()
-            _, pred = dressed_atom(sets.train_molecules[:n], sets.train_targets[target][:n], sets.test.molecules)
+            _, pred = dressed_atom(sets.train_molecules[:n], sets.train_targets[target][:n], sets.test_molecules)
             seconds = time.perf_counter() - start
             records.append(
                 _record("dressed-atom", target, n, sets.units[target], sets.test_targets[target], pred,
                         fit_seconds=seconds, predict_seconds=0.0,
-                        invariance_error=0.0 if n_inv else None, hyperparameters="per-element linear")
+                        invariance_error=0.0 if sets.n_rotated else None, hyperparameters="per-element linear")
             )
             if n == sets.sizes[-1]:
                 predictions.setdefault(target, {})["dressed-atom"] = pred.tolist()
 
 
-def _fit_and_evaluate(config, sets: QM9Sets, kernels: ShellKernels, name: str, chosen: Candidate, target: str,
-                      residual: bool, k: int, n: int, n_inv: int, predictions: dict) -> dict[str, Any]:
-    """Fit the kernel model of training size n (shell k) for ``target`` and evaluate it."""
+def _fit_and_evaluate(config: QM9PropertyConfig, sets: QM9Sets, kernels: ShellKernels, name: str, chosen: Candidate,
+                      target: str, residual: bool, k: int, n: int, predictions: dict,
+                      reg_relative: float | None = None) -> dict[str, Any]:
+    """Fit the kernel model of training size n (k-th size) for ``target`` and evaluate it
+    (``reg_relative``: see :func:`fit_kernel_ridge`)."""
     train = sets.train_molecules[:n]
     y = sets.train_targets[target][:n]
     start = time.perf_counter()
     if residual:
-        base_train, base_test, base_rot = dressed_atom(train, y, sets.test.molecules, sets.rotated.molecules)
+        base_train, base_test, base_rot = dressed_atom(train, y, sets.test_molecules, sets.rotated_molecules)
     else:
-        base_train, base_test, base_rot = np.zeros(n), np.zeros(len(sets.test)), np.zeros(len(sets.rotated))
-    model = fit_kernel_ridge(kernels.train[:n, :n], y - base_train, config, chosen.quadrature)
+        base_train, base_test, base_rot = np.zeros(n), np.zeros(sets.n_test), np.zeros(sets.n_rotated)
+    model = fit_kernel_ridge(kernels.train[:n, :n], y - base_train, config, chosen.quadrature, reg_relative)
     fit_seconds = float(kernels.train_seconds[k]) + time.perf_counter() - start
     start = time.perf_counter()
     pred = base_test + model.predict(kernels.test[:, :n])
     predict_seconds = float(kernels.test_seconds[k]) + time.perf_counter() - start
-    pred_rot = base_rot + model.predict(kernels.rotated[:, :n]) if n_inv else np.zeros(0)
+    pred_rot = base_rot + model.predict(kernels.rotated[:, :n]) if sets.n_rotated else np.zeros(0)
     if n == sets.sizes[-1]:
         predictions.setdefault(target, {})[name] = pred.tolist()
     return _record(
         name, target, n, sets.units[target], sets.test_targets[target], pred,
         fit_seconds=fit_seconds, predict_seconds=predict_seconds,
         invariance_error=invariance_error(pred, pred_rot, sets.n_rotations),
-        hyperparameters=chosen.label, reg_relative=model.info["reg_relative"],
+        hyperparameters=chosen.label, reg_relative=model.info["reg_relative"], solver=model.info.get("solver", "eigh"),
         condition_number=model.info["condition_number"], eigenvalues_clipped=model.info["eigenvalues_clipped"],
     )

@@ -8,7 +8,8 @@ chemical-accuracy line for energies in meV; one file per target, suffixed with t
 target's name when there are several), ``parity.png`` (predicted against true at the
 largest n_train, one panel per model), ``predictions.csv`` and ``config.yaml``; with
 ``cache: true`` the kernel blocks in ``kernel_cache/``, so that a killed run, rerun with
-the same command, resumes and reports the same numbers.
+the same command, resumes and reports the same numbers; with ``compute.storage: disk``
+the chosen kernels as ``.npy`` files in ``kernel_matrices/<model>-<reduction>/``.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def run_and_write(config: QM9PropertyConfig, source: str) -> dict[str, Any]:
 
         out = output_dir(config.name, config.output)
         cache = out / "kernel_cache" if config.cache else None
-        result = run_qm9_property(config, source, progress, cache)
+        result = run_qm9_property(config, source, progress, cache, out / "kernel_matrices")
     predictions = result.pop("predictions")
     test_targets = result.pop("test_targets")
     write_report(out, config=config.to_dict(), records=result["records"],

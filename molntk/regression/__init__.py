@@ -7,13 +7,16 @@
 - :mod:`~molntk.regression.gp`: NNGP posterior mean and variance;
 - :mod:`~molntk.regression.selection`: λ by closed-form LOO, exact k-fold, or GCV;
 - :mod:`~molntk.regression.scaling`: per-target standardisation;
-- :mod:`~molntk.regression.estimator`: :class:`KernelRegressor` (fit / predict / info);
+- :mod:`~molntk.regression.solvers`: Cholesky, preconditioned CG and Nyström solves of
+  (K + λI) X = Y for large N;
+- :mod:`~molntk.regression.estimator`: :class:`KernelRegressor` (fit / predict / info), by
+  eigendecomposition (λ by CV, finite t, variances) or, for large N, Cholesky or PCG;
 - :mod:`~molntk.regression.dressed_atom`: per-element linear baseline;
 - :mod:`~molntk.regression.metrics`: MAE, RMSE, R².
 """
 
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
-from molntk.regression.estimator import KernelRegressor
+from molntk.regression.estimator import KernelRegressor, PCGConvergenceWarning
 from molntk.regression.gp import nngp_posterior, nngp_variance
 from molntk.regression.metrics import mae, r2, regression_metrics, rmse
 from molntk.regression.ntk import ntk_filter, ntk_gp_variance, ntk_mean, ntk_weights
@@ -34,6 +37,7 @@ __all__ = [
     "Eigensystem",
     "IllConditionedWarning",
     "KernelRegressor",
+    "PCGConvergenceWarning",
     "TargetScaler",
     "eigensystem",
     "element_counts",

@@ -1,17 +1,32 @@
 """``KernelRegressor``: NTK or NNGP regression on precomputed kernels, with λ chosen by CV.
 
 ``fit`` sees only training data: the train kernel (n, n) and targets Y ((n,) or (n, k)). It
-standardises Y (optional), eigendecomposes the train kernel once, chooses λ on the training
-data when ``reg="cv"`` (:func:`~molntk.regression.selection.select_regularizer`), and stores
-the dual weights W = M_t Z of the standardised targets Z, so that ``predict`` is one product
-K(x, X) W (O(m n k)).
+standardises Y (optional) to Z and stores dual weights W, so that ``predict`` is one product
+K(x, X) W (O(m n k)). How W is computed is the ``solver``:
+
+- ``"eigh"`` (default): K_train is eigendecomposed once; λ is chosen on the training data
+  when ``reg="cv"`` (:func:`~molntk.regression.selection.select_regularizer`), W = M_t Z at
+  any training time t, and NTK-GP / NNGP variances come from the same eigenvectors.
+- ``"cholesky"``: W = (K + λI)⁻¹ Z by the Cholesky factor of K + λI
+  (:func:`~molntk.regression.solvers.cholesky_factor`): the exact solve for large n, n³/3
+  flops (an order of magnitude fewer than an eigendecomposition) and one n² factor;
+  NNGP variances from the factor.
+- ``"pcg"``: W = (K + λI)⁻¹ Z by preconditioned conjugate gradients
+  (:func:`~molntk.regression.solvers.pcg_solve`), O(n² k) per iteration and no n² memory
+  besides K_train, which may be an ``np.memmap`` read in place; no variances.
+
+The large-N solvers take a numeric λ > 0 (chosen by CV with ``"eigh"`` where it fits, e.g. on
+a subset) and t = ∞ only. They scan K_train for NaN and inf (one pass, in row blocks) but
+take its symmetry on trust: comparing K with Kᵀ block by block would read a kernel on disk
+column-wise, many times over.
 
 ``method="ntk"``: K_train is the NTK Θ(X, X); the mean is μ_t (:mod:`molntk.regression.ntk`).
-Standard deviations (``return_std``) are the NTK-GP Σ_t(x, x)^{1/2}, which also need the
-NNGP kernels: ``K_nngp_train`` at ``fit``, ``K_nngp_test_train`` and the NNGP test
-self-kernel diagonal ``k_test_diag`` at ``predict``.
+Standard deviations (``return_std``, ``"eigh"`` only) are the NTK-GP Σ_t(x, x)^{1/2}, which
+also need the NNGP kernels: ``K_nngp_train`` at ``fit``, ``K_nngp_test_train`` and the NNGP
+test self-kernel diagonal ``k_test_diag`` at ``predict``.
 ``method="nngp"``: K_train is the NNGP kernel; mean and standard deviation are the GP
-posterior with noise λ (:mod:`molntk.regression.gp`), which needs ``k_test_diag`` for the std.
+posterior with noise λ (:mod:`molntk.regression.gp`), which needs ``k_test_diag`` for the std
+(``"eigh"`` or ``"cholesky"``).
 
 Outputs are numpy float64 arrays in the units of Y, shaped like Y ((m,) or (m, k)).
 Standard deviations are scaled per target by the standardisation σ_j.
@@ -21,10 +36,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
 
 from molntk.errors import InputError
 from molntk.regression import _inputs
@@ -32,9 +49,26 @@ from molntk.regression.gp import nngp_variance
 from molntk.regression.ntk import ntk_gp_variance, ntk_weights
 from molntk.regression.scaling import TargetScaler
 from molntk.regression.selection import CRITERIA, select_regularizer
-from molntk.regression.spectral import PSD_RTOL, Eigensystem, eigensystem, warn_if_ill_conditioned
+from molntk.regression.solvers import PRECONDITIONERS, _kernel, cholesky_factor, pcg_solve
+from molntk.regression.spectral import (
+    ILL_CONDITIONED,
+    PSD_RTOL,
+    Eigensystem,
+    IllConditionedWarning,
+    eigensystem,
+    warn_if_ill_conditioned,
+)
 
 METHODS = ("ntk", "nngp")
+SOLVERS = ("eigh", "cholesky", "pcg")
+#: Kernel entries (rows × n) that the large-N solvers convert and check at once: 64 MiB of
+#: float64, so that a test kernel on disk (``np.memmap``) is never held in memory whole.
+BLOCK_ENTRIES = 1 << 23
+
+
+class PCGConvergenceWarning(UserWarning):
+    """PCG stopped at ``pcg_max_iter`` above ``pcg_tol``: W solves (K + λI) W = Z only to the
+    relative residual reached, and is accurate to about cond(K + λI) times it."""
 
 
 class KernelRegressor:
@@ -48,10 +82,28 @@ class KernelRegressor:
     ``standardize``: fit on (Y - mean) / std per target. ``psd_rtol``: eigenvalue clipping
     tolerance (:mod:`molntk.regression.spectral`).
 
-    After ``fit``, ``info`` holds: ``reg`` (λ used), ``reg_relative``, ``cv`` (the curve,
-    :meth:`CVResult.to_dict`, or None), ``condition_number`` of K_train + λI,
-    ``eigenvalues_clipped``, ``min_eigenvalue`` (before clipping), ``target_mean``,
-    ``target_scale``, ``n_train``, ``n_targets``, ``fit_seconds``.
+    ``solver`` computes the dual weights W of the standardised targets Z (module docstring):
+
+    - ``"eigh"``: K = V diag(s) Vᵀ, W = V diag((1 - e^{-η (s+λ) t}) / (s + λ)) Vᵀ Z;
+    - ``"cholesky"``: K + λI = L Lᵀ, W = L⁻ᵀ L⁻¹ Z; for ``method="nngp"`` the variance
+      k(x, x) - ‖L⁻¹ k_x‖² = k(x, x) - k_xᵀ (K + λI)⁻¹ k_x;
+    - ``"pcg"``: W with ‖Z_j - (K + λI) W_j‖ ≤ ``pcg_tol`` ‖Z_j‖ for every target j, by
+      conjugate gradients preconditioned with ``preconditioner`` (``"pivoted-cholesky"``:
+      M = L_r L_rᵀ + λI of rank r = ``preconditioner_rank``; ``"jacobi"``: M = diag K + λI),
+      at most ``pcg_max_iter`` iterations (:class:`PCGConvergenceWarning` if not reached).
+
+    ``"cholesky"`` and ``"pcg"`` need a numeric λ > 0 and t = ∞; K_train may be an
+    ``np.memmap`` of float64, which ``"pcg"`` reads in place (``"cholesky"`` copies it into
+    its factor).
+
+    After ``fit``, ``info`` holds: ``method``, ``solver``, ``t``, ``lr``, ``reg`` (λ used),
+    ``reg_relative`` (λ / mean(diag K_train)), ``cv`` (the curve, :meth:`CVResult.to_dict`,
+    or None), ``condition_number`` of K_train + λI (``"eigh"``: cond₂ from the eigenvalues;
+    ``"cholesky"``: LAPACK's estimate of cond₁, which lies between cond₂ and n · cond₂;
+    ``"pcg"``: None), ``eigenvalues_clipped`` and ``min_eigenvalue`` (before clipping;
+    None unless ``"eigh"``), ``target_mean``, ``target_scale``, ``n_train``, ``n_targets``,
+    ``fit_seconds``, and for ``"pcg"`` ``iterations`` and ``residual`` (largest final
+    relative residual).
     """
 
     def __init__(
@@ -67,6 +119,11 @@ class KernelRegressor:
         n_folds: int = 5,
         seed: int = 0,
         psd_rtol: float = PSD_RTOL,
+        solver: str = "eigh",
+        pcg_tol: float = 1e-10,
+        pcg_max_iter: int = 1000,
+        preconditioner: str = "pivoted-cholesky",
+        preconditioner_rank: int = 200,
     ) -> None:
         self.method = _inputs.choice(method, "method", METHODS)
         self.t = _inputs.nonnegative(t, "t", allow_inf=True)
@@ -74,6 +131,9 @@ class KernelRegressor:
             raise InputError("t", "a training time applies to method='ntk' only; the NNGP posterior has none")
         self.lr = _inputs.positive(lr, "lr")
         self.reg = reg if reg == "cv" else _inputs.nonnegative(reg, "reg")
+        self.solver = _inputs.choice(solver, "solver", SOLVERS)
+        if self.solver != "eigh":
+            self._check_large_n_settings()
         self.cv = _inputs.choice(cv, "cv", CRITERIA)
         if reg == "cv" and self.cv == "loo" and not math.isinf(self.t):
             raise InputError("cv", "the closed-form LOO is exact only at t = inf; use 'kfold' or 'gcv' at finite t")
@@ -82,15 +142,41 @@ class KernelRegressor:
         self.n_folds = _inputs.integer(n_folds, "n_folds", minimum=2)
         self.seed = _inputs.integer(seed, "seed", minimum=0)
         self.psd_rtol = _inputs.positive(psd_rtol, "psd_rtol")
+        self.pcg_tol = _inputs.positive(pcg_tol, "pcg_tol")
+        self.pcg_max_iter = _inputs.integer(pcg_max_iter, "pcg_max_iter", minimum=1)
+        self.preconditioner = _inputs.choice(preconditioner, "preconditioner", PRECONDITIONERS)
+        self.preconditioner_rank = _inputs.integer(preconditioner_rank, "preconditioner_rank", minimum=1)
         self.info: dict[str, object] = {}
         self._fitted: _Fitted | None = None
+
+    def _check_large_n_settings(self) -> None:
+        """``"cholesky"`` and ``"pcg"`` compute (K + λI)⁻¹ Z for one given λ > 0 only."""
+        if self.reg == "cv":
+            raise InputError(
+                "reg",
+                f"solver={self.solver!r} needs a numeric λ > 0: choose λ by cross-validation with "
+                "solver='eigh' at a size where the eigendecomposition fits (e.g. on a subset of the "
+                "training data) and pass it as reg",
+            )
+        if self.reg == 0:
+            raise InputError("reg", f"solver={self.solver!r} needs λ > 0, got 0")
+        if not math.isinf(self.t):
+            raise InputError(
+                "t", f"solver={self.solver!r} gives the converged weights (t = inf) only; a finite t needs solver='eigh'"
+            )
 
     def fit(self, K_train: object, Y: object, *, K_nngp_train: object | None = None) -> KernelRegressor:
         """Fit on the train kernel K_train (n, n) and targets Y ((n,) or (n, k)).
 
         ``K_nngp_train`` (n, n): the NNGP train kernel, needed by ``method="ntk"`` for
-        ``predict(..., return_std=True)``.
+        ``predict(..., return_std=True)`` (``solver="eigh"`` only).
         """
+        if self.solver == "eigh":
+            return self._fit_eigh(K_train, Y, K_nngp_train)
+        return self._fit_large_n(K_train, Y, K_nngp_train)
+
+    def _fit_eigh(self, K_train: object, Y: object, K_nngp_train: object | None) -> KernelRegressor:
+        """``fit`` for ``"eigh"``: W = M_t Z from the eigendecomposition, λ by CV if asked."""
         start = time.perf_counter()
         eig = eigensystem(K_train, "K_train", psd_rtol=self.psd_rtol)
         Y2, was_1d = _inputs.targets(Y, "Y", rows=eig.n)
@@ -122,15 +208,17 @@ class KernelRegressor:
                 raise InputError("K_nngp_train", f"must be {eig.n} x {eig.n} like K_train, got shape {nngp_train.shape}")
             nngp_rotated = eig.rotate(nngp_train)
         self._fitted = _Fitted(
-            eig=eig,
+            solver="eigh",
             weights=ntk_weights(eig, Z, t=t, lr=self.lr, reg=reg),
             scaler=scaler,
             reg=reg,
             was_1d=was_1d,
+            eig=eig,
             nngp_rotated=nngp_rotated,
         )
         self.info = {
             "method": self.method,
+            "solver": "eigh",
             "t": t,
             "lr": self.lr,
             "reg": reg,
@@ -147,18 +235,115 @@ class KernelRegressor:
         }
         return self
 
+    def _fit_large_n(self, K_train: object, Y: object, K_nngp_train: object | None) -> KernelRegressor:
+        """``fit`` for ``"cholesky"`` and ``"pcg"``: W = (K + λI)⁻¹ Z for the given λ; K_train is
+        only read (``"pcg"`` uses a float64 ndarray or ``np.memmap`` in place, without a copy)."""
+        start = time.perf_counter()
+        if K_nngp_train is not None:
+            raise InputError("K_nngp_train", f"NTK-GP variances need solver='eigh'; solver={self.solver!r} has none")
+        K = _kernel(K_train, "K_train")
+        _check_finite(K, "K_train")
+        Y2, was_1d = _inputs.targets(Y, "Y", rows=K.shape[0])
+        scaler = TargetScaler.fit(Y2, enabled=self.standardize)
+        Z = scaler.transform(Y2)
+        reg = float(self.reg)
+        factor = None
+        if self.solver == "cholesky":
+            weights, factor, extra = self._solve_cholesky(K, Z, reg)
+        else:
+            weights, extra = self._solve_pcg(K, Z, reg)
+        self._fitted = _Fitted(
+            solver=self.solver, weights=weights, scaler=scaler, reg=reg, was_1d=was_1d, cholesky=factor
+        )
+        mean_diag = float(np.mean(np.diag(K)))
+        self.info = {
+            "method": self.method,
+            "solver": self.solver,
+            "t": math.inf,
+            "lr": self.lr,
+            "reg": reg,
+            "reg_relative": reg / mean_diag if mean_diag > 0 else math.nan,
+            "cv": None,
+            "condition_number": None,
+            "eigenvalues_clipped": None,
+            "min_eigenvalue": None,
+            "target_mean": scaler.mean.tolist(),
+            "target_scale": scaler.scale.tolist(),
+            "n_train": int(K.shape[0]),
+            "n_targets": int(Y2.shape[1]),
+            **extra,
+            "fit_seconds": time.perf_counter() - start,
+        }
+        return self
+
+    def _solve_cholesky(
+        self, K: np.ndarray, Z: np.ndarray, reg: float
+    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, object]]:
+        """W = L⁻ᵀ L⁻¹ Z with K + λI = L Lᵀ; the factor L, kept for ``method="nngp"`` only;
+        and ``{"condition_number": estimate of cond₁(K + λI)}`` (warned about above
+        :data:`~molntk.regression.spectral.ILL_CONDITIONED`).
+
+        The NNGP variance k(x, x) - ‖L⁻¹ k_x‖² needs L at ``predict``, which gets no K_train to
+        refactor (and refactoring would cost n³/3 per call), so L is kept, n² memory the fit
+        needed anyway. The NTK has no variance without an eigendecomposition, so L is dropped.
+        """
+        factor = cholesky_factor(K, reg)
+        weights = scipy.linalg.cho_solve((factor, True), Z, check_finite=False)
+        cond = _cholesky_condition(K, factor, reg)
+        if cond > ILL_CONDITIONED:
+            warnings.warn(
+                f"K_train + λI is nearly singular (λ = {reg:.3g}, estimated condition number {cond:.3g} > "
+                f"{ILL_CONDITIONED:.0e}); use a larger regulariser",
+                IllConditionedWarning,
+                stacklevel=4,
+            )
+        return weights, factor if self.method == "nngp" else None, {"condition_number": cond}
+
+    def _solve_pcg(self, K: np.ndarray, Z: np.ndarray, reg: float) -> tuple[np.ndarray, dict[str, object]]:
+        """W from :func:`~molntk.regression.solvers.pcg_solve`, and ``{"iterations", "residual"}``;
+        warns with :class:`PCGConvergenceWarning` when the residual stays above ``pcg_tol``."""
+        solution = pcg_solve(
+            K,
+            Z,
+            reg,
+            preconditioner=self.preconditioner,
+            rank=self.preconditioner_rank,
+            tol=self.pcg_tol,
+            max_iter=self.pcg_max_iter,
+        )
+        if solution.residual > self.pcg_tol:
+            warnings.warn(
+                f"PCG ({self.preconditioner} preconditioner) stopped after {solution.iterations} iterations "
+                f"(pcg_max_iter) at relative residual {solution.residual:.3g} > pcg_tol = {self.pcg_tol:g}; "
+                "W is accurate only to about cond(K + λI) times that residual: raise pcg_max_iter or "
+                "preconditioner_rank, or use a larger reg",
+                PCGConvergenceWarning,
+                stacklevel=4,
+            )
+        return solution.x, {"iterations": solution.iterations, "residual": solution.residual}
+
     def fitted_arrays(self) -> dict[str, np.ndarray]:
-        """The fitted state as plain float64 arrays (for model files that must not unpickle code):
-        ``weights``, ``eig_values``, ``eig_vectors``, ``target_mean``, ``target_scale``,
-        ``reg`` and ``was_1d`` (0-d), and ``nngp_rotated`` when NTK-GP variances were prepared."""
+        """The fitted state as plain arrays (for model files that must not unpickle code).
+
+        ``"eigh"`` (the original format, unchanged): float64 ``weights``, ``eig_values``,
+        ``eig_vectors``, ``eig_mean_diag``, ``target_mean``, ``target_scale``, ``reg`` and
+        ``was_1d`` (0-d), and ``nngp_rotated`` when NTK-GP variances were prepared.
+        ``"cholesky"`` / ``"pcg"``: ``solver`` (a 0-d unicode string array, which
+        ``np.load(allow_pickle=False)`` reads), ``weights``, ``target_mean``,
+        ``target_scale``, ``reg``, ``was_1d``, and ``cholesky_factor`` (n, n; L in its lower
+        triangle) when NNGP variances were kept. No ``solver`` key means ``"eigh"``.
+        """
         fitted = self._fitted
         if fitted is None:
             raise InputError("KernelRegressor", "fitted_arrays called before fit")
-        arrays = {
-            "weights": fitted.weights,
-            "eig_values": fitted.eig.values,
-            "eig_vectors": fitted.eig.vectors,
-            "eig_mean_diag": np.asarray(fitted.eig.mean_diag),
+        arrays = {"weights": fitted.weights}
+        if fitted.eig is not None:
+            arrays |= {
+                "eig_values": fitted.eig.values,
+                "eig_vectors": fitted.eig.vectors,
+                "eig_mean_diag": np.asarray(fitted.eig.mean_diag),
+            }
+        arrays |= {
             "target_mean": fitted.scaler.mean,
             "target_scale": fitted.scaler.scale,
             "reg": np.asarray(fitted.reg),
@@ -166,10 +351,27 @@ class KernelRegressor:
         }
         if fitted.nngp_rotated is not None:
             arrays["nngp_rotated"] = fitted.nngp_rotated
+        if fitted.solver != "eigh":
+            arrays["solver"] = np.asarray(fitted.solver)
+        if fitted.cholesky is not None:
+            arrays["cholesky_factor"] = fitted.cholesky
         return arrays
 
     def load_fitted_arrays(self, arrays: dict[str, np.ndarray]) -> KernelRegressor:
-        """Restore the state written by :meth:`fitted_arrays` (this regressor's settings are kept)."""
+        """Restore the state written by :meth:`fitted_arrays` (this regressor's settings are
+        kept; ``predict`` follows the solver the arrays were fitted with)."""
+        solver = _inputs.choice(str(arrays["solver"]) if "solver" in arrays else "eigh", "solver", SOLVERS)
+        common = {
+            "solver": solver,
+            "weights": np.asarray(arrays["weights"], dtype=np.float64),
+            "scaler": TargetScaler(np.asarray(arrays["target_mean"]), np.asarray(arrays["target_scale"])),
+            "reg": float(arrays["reg"]),
+            "was_1d": bool(float(arrays["was_1d"])),
+        }
+        if solver != "eigh":
+            factor = arrays.get("cholesky_factor")
+            self._fitted = _Fitted(**common, cholesky=None if factor is None else np.asarray(factor, dtype=np.float64))
+            return self
         eig = Eigensystem(
             values=np.asarray(arrays["eig_values"], dtype=np.float64),
             vectors=np.asarray(arrays["eig_vectors"], dtype=np.float64),
@@ -178,11 +380,8 @@ class KernelRegressor:
             min_raw=float(np.min(arrays["eig_values"])),
         )
         self._fitted = _Fitted(
+            **common,
             eig=eig,
-            weights=np.asarray(arrays["weights"], dtype=np.float64),
-            scaler=TargetScaler(np.asarray(arrays["target_mean"]), np.asarray(arrays["target_scale"])),
-            reg=float(arrays["reg"]),
-            was_1d=bool(float(arrays["was_1d"])),
             nngp_rotated=np.asarray(arrays["nngp_rotated"]) if "nngp_rotated" in arrays else None,
         )
         return self
@@ -200,10 +399,14 @@ class KernelRegressor:
 
         ``k_test_diag`` (m,): NNGP self-kernel K(x, x) of the test points (needed for the
         std). ``K_nngp_test_train`` (m, n): NNGP test-train kernel (std of ``method="ntk"``).
+        For ``"cholesky"`` and ``"pcg"`` K_test_train may be an ``np.memmap``: it is read in
+        row blocks of :data:`BLOCK_ENTRIES` entries.
         """
         fitted = self._fitted
         if fitted is None:
             raise InputError("KernelRegressor", "predict called before fit")
+        if fitted.solver != "eigh":
+            return self._predict_large_n(fitted, K_test_train, k_test_diag, return_std)
         cross = _inputs.matrix(K_test_train, "K_test_train", cols=fitted.eig.n)
         mean = _inputs.restore(fitted.scaler.inverse_transform(cross @ fitted.weights), fitted.was_1d)
         if not return_std:
@@ -232,15 +435,116 @@ class KernelRegressor:
         std = np.sqrt(fitted.scaler.inverse_transform_variance(variance))
         return mean, _inputs.restore(std, fitted.was_1d)
 
+    def _predict_large_n(
+        self, fitted: _Fitted, K_test_train: object, k_test_diag: object | None, return_std: bool
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """``predict`` for ``"cholesky"`` / ``"pcg"``: mean K(x, X) W and, for the Cholesky
+        factor kept by ``method="nngp"``, the NNGP std, one block of test rows at a time."""
+        cross = _test_kernel(K_test_train, fitted.n)
+        prior = self._large_n_prior(fitted, k_test_diag, cross.shape[0]) if return_std else None
+        means, variances = [], []
+        for rows in _row_blocks(cross.shape[0], fitted.n):
+            block = _inputs.matrix(cross[rows], "K_test_train", cols=fitted.n)
+            means.append(block @ fitted.weights)
+            if prior is not None:
+                variances.append(_cholesky_variance(fitted.cholesky, block, prior[rows]))
+        mean = _inputs.restore(fitted.scaler.inverse_transform(np.concatenate(means)), fitted.was_1d)
+        if prior is None:
+            return mean
+        std = np.sqrt(fitted.scaler.inverse_transform_variance(np.concatenate(variances)))
+        return mean, _inputs.restore(std, fitted.was_1d)
+
+    def _large_n_prior(self, fitted: _Fitted, k_test_diag: object | None, m: int) -> np.ndarray:
+        """k(x, x) for the std of a ``"cholesky"`` / ``"pcg"`` fit; InputError naming ``solver``
+        where that fit has no variance (NTK-GP: an eigendecomposition; PCG: n solves per point)."""
+        if fitted.solver == "pcg":
+            raise InputError(
+                "solver",
+                "solver='pcg' gives no variance (k_xᵀ (K + λI)⁻¹ k_x needs one more PCG solve per test "
+                "point); use solver='cholesky' with method='nngp', or solver='eigh'",
+            )
+        if self.method == "ntk":
+            raise InputError(
+                "solver",
+                "the NTK-GP variance needs the eigendecomposition of solver='eigh'; solver='cholesky' "
+                "gives the NNGP variance only (method='nngp')",
+            )
+        if fitted.cholesky is None:
+            raise InputError(
+                "solver", "this solver='cholesky' fit kept no Cholesky factor (it was fitted with method='ntk')"
+            )
+        if k_test_diag is None:
+            raise InputError("k_test_diag", "the NNGP test self-kernel diagonal K(x, x) is needed for return_std")
+        return _inputs.vector(k_test_diag, "k_test_diag", length=m)
+
 
 @dataclass(frozen=True, eq=False)
 class _Fitted:
-    """State of a fitted :class:`KernelRegressor`: eigensystem, dual weights W, scaler, λ,
-    whether Y was 1-d, and Vᵀ K_nngp V for NTK-GP variances (or None)."""
+    """State of a fitted :class:`KernelRegressor`: ``solver``, dual weights W (n, k), scaler, λ,
+    whether Y was 1-d; for ``"eigh"`` the eigensystem and Vᵀ K_nngp V for NTK-GP variances
+    (or None); for ``"cholesky"`` with ``method="nngp"`` the factor L of K + λI (else None)."""
 
-    eig: Eigensystem
+    solver: str
     weights: np.ndarray
     scaler: TargetScaler
     reg: float
     was_1d: bool
-    nngp_rotated: np.ndarray | None
+    eig: Eigensystem | None = None
+    nngp_rotated: np.ndarray | None = None
+    cholesky: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return int(self.weights.shape[0])
+
+
+def _row_blocks(m: int, n: int) -> Iterator[slice]:
+    """Consecutive row slices of an (m, n) matrix with at most max(n, :data:`BLOCK_ENTRIES`)
+    entries each; one empty slice when m = 0."""
+    step = max(1, BLOCK_ENTRIES // max(n, 1))
+    return (slice(start, min(start + step, m)) for start in range(0, max(m, 1), step))
+
+
+def _test_kernel(value: object, n: int) -> np.ndarray:
+    """K_test_train as an (m, n) array: a numpy array (``np.memmap`` included) as it is, its
+    entries converted and checked block by block later; anything else converted whole."""
+    array = value if isinstance(value, np.ndarray) else _inputs.matrix(value, "K_test_train", cols=n)
+    if array.ndim != 2 or array.shape[1] != n:
+        raise InputError(
+            "K_test_train", f"must be an (m, {n}) matrix (one column per training point), got shape {array.shape}"
+        )
+    return array
+
+
+def _check_finite(K: np.ndarray, name: str) -> None:
+    """InputError naming ``name`` at the first NaN or inf of K, scanned in row blocks (one
+    read of K, as one PCG iteration; no n² temporary)."""
+    for rows in _row_blocks(K.shape[0], K.shape[1]):
+        finite = np.isfinite(K[rows])
+        if not finite.all():
+            i, j = (int(v) for v in np.argwhere(~finite)[0])
+            index = (rows.start + i, j)
+            raise InputError(name, f"contains a non-finite value ({K[index]}) at index {index}")
+
+
+def _one_norm(K: np.ndarray, reg: float) -> float:
+    """‖K + λI‖₁ = max_i Σ_j |(K + λI)_ij| (K symmetric: row sums), read in row blocks
+    without an n² temporary: row i sums |K_ij| with |K_ii| replaced by |K_ii + λ|."""
+    diag = np.diag(K)
+    sums = np.concatenate([np.abs(K[rows]).sum(axis=1) for rows in _row_blocks(K.shape[0], K.shape[0])])
+    return float(np.max(sums - np.abs(diag) + np.abs(diag + reg)))
+
+
+def _cholesky_condition(K: np.ndarray, factor: np.ndarray, reg: float) -> float:
+    """LAPACK's (dpocon) estimate of cond₁(K + λI) = ‖K + λI‖₁ ‖(K + λI)⁻¹‖₁ from the factor
+    L, O(n²). For symmetric K + λI, cond₂ ≤ cond₁ ≤ n cond₂; the estimate of ‖(K + λI)⁻¹‖₁
+    is a lower bound, in practice within a factor 3 of it. ``inf`` when rcond is 0."""
+    rcond, _ = scipy.linalg.lapack.dpocon(factor, _one_norm(K, reg), uplo="L")
+    return 1.0 / rcond if rcond > 0 else math.inf
+
+
+def _cholesky_variance(factor: np.ndarray, cross: np.ndarray, prior: np.ndarray) -> np.ndarray:
+    """k(x, x) - ‖L⁻¹ k_x‖² = k(x, x) - k_xᵀ (K + λI)⁻¹ k_x for the rows k_xᵀ of ``cross`` (b, n),
+    with K + λI = L Lᵀ; rounding below 0 is clipped to 0."""
+    solved = scipy.linalg.solve_triangular(factor, cross.T, lower=True, check_finite=False)
+    return np.maximum(prior - np.einsum("ij,ij->j", solved, solved), 0.0)

@@ -3,8 +3,8 @@
 K (n, n) symmetric PSD, λ ≥ 0 (> 0 for PCG preconditioners and Nyström), Y (n,) or (n, k)
 (several targets at once); X has Y's shape. All in float64.
 
-- :func:`cholesky_solve`: K + λI = L Lᵀ (LAPACK potrf via scipy, lower triangle of K only),
-  X = L⁻ᵀ L⁻¹ Y. O(n³/3) time, n² memory: the exact solve "when it fits"
+- :func:`cholesky_solve`: K + λI = L Lᵀ (:func:`cholesky_factor`: LAPACK potrf via scipy,
+  lower triangle of K only), X = L⁻ᵀ L⁻¹ Y. O(n³/3) time, n² memory: the exact solve "when it fits"
   (:func:`cholesky_fits`: 8 n² bytes within the memory budget).
 - :func:`pcg_solve`: conjugate gradients on all k columns at once (one product (K + λI) P
   per iteration, per-column step sizes α_j = r_jᵀz_j / p_jᵀ(K+λI)p_j and β_j; a column stops
@@ -69,27 +69,57 @@ def _kernel(K: Any, name: str = "K_train") -> np.ndarray:
     return K_arr
 
 
+#: Rows of K per product chunk in :func:`kernel_product` (a chunk of a 110,000-column K is 0.9 GB).
+PRODUCT_ROWS = 1024
+
+
+def kernel_product(K: np.ndarray, P: np.ndarray) -> np.ndarray:
+    """K P. In one GEMM for an in-memory K; for a memory map (or a view of one, such as the
+    top-left n × n of a larger stored matrix, whose rows are not contiguous), by chunks of
+    :data:`PRODUCT_ROWS` rows, so the working memory is one chunk, never a copy of K."""
+    if not isinstance(K, np.memmap):
+        return K @ P
+    out = np.empty((K.shape[0], P.shape[1]))
+    for start in range(0, K.shape[0], PRODUCT_ROWS):
+        stop = min(start + PRODUCT_ROWS, K.shape[0])
+        out[start:stop] = np.asarray(K[start:stop]) @ P
+    return out
+
+
 def cholesky_fits(n: int, budget_bytes: int) -> bool:
     """Whether the Cholesky factor (8 n² bytes, besides K) fits ``budget_bytes``."""
     return 8 * n * n <= budget_bytes
 
 
+def cholesky_factor(K: Any, reg: float) -> np.ndarray:
+    """Lower Cholesky factor L of K + λI = L Lᵀ (n, n), Fortran-ordered: LAPACK potrf on a
+    copy of K in which only the lower triangle is read; the strict upper triangle of the
+    result keeps K's entries (LAPACK and :func:`scipy.linalg.cho_solve` with ``lower=True``
+    ignore it).
+
+    Raises InputError naming ``K_train`` when K + λI is not positive definite.
+    """
+    K_arr = _kernel(K)
+    reg = nonnegative(reg, "reg")
+    A = np.array(K_arr, dtype=np.float64, order="F")
+    A[np.diag_indices_from(A)] += reg
+    try:
+        factor, _ = scipy.linalg.cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        raise InputError("K_train", f"K + λI is not positive definite (λ = {reg:g}); use a larger regulariser") from None
+    return factor
+
+
 def cholesky_solve(K: Any, Y: Any, reg: float) -> Solution:
-    """Exact float64 solve by Cholesky of K + λI (lower triangle of K is read).
+    """Exact float64 solve by Cholesky of K + λI (:func:`cholesky_factor`; lower triangle of K is read).
 
     Raises InputError naming ``K_train`` when K + λI is not positive definite.
     """
     start = time.perf_counter()
     K_arr = _kernel(K)
     Y_arr, vector = targets(Y, "Y", rows=K_arr.shape[0])
-    reg = nonnegative(reg, "reg")
-    A = np.array(K_arr, dtype=np.float64, order="F")
-    A[np.diag_indices_from(A)] += reg
-    try:
-        factor = scipy.linalg.cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
-    except np.linalg.LinAlgError:
-        raise InputError("K_train", f"K + λI is not positive definite (λ = {reg:g}); use a larger regulariser") from None
-    x = scipy.linalg.cho_solve(factor, Y_arr, check_finite=False)
+    factor = cholesky_factor(K_arr, reg)
+    x = scipy.linalg.cho_solve((factor, True), Y_arr, check_finite=False)
     return Solution(restore(x, vector), "cholesky", time.perf_counter() - start)
 
 
@@ -98,7 +128,8 @@ def pivoted_cholesky(K: np.ndarray, rank: int, rtol: float = 1e-12) -> tuple[np.
 
     Step i takes the pivot p = argmax of the residual diagonal d, sets
     L[:, i] = (K[:, p] − L[:, :i] L[p, :i]ᵀ) / √d_p and d ← d − L[:, i]²; it stops early when
-    max d ≤ rtol · max diag K. Reads only diag K and r columns: O(n r²).
+    max d ≤ rtol · max diag K. Reads only diag K and r columns, as rows K[p, :] (K is
+    symmetric; a row of a C-ordered memmap is one contiguous read): O(n r²).
     """
     n = K.shape[0]
     rank = min(int(rank), n)
@@ -112,7 +143,7 @@ def pivoted_cholesky(K: np.ndarray, rank: int, rtol: float = 1e-12) -> tuple[np.
         p = int(np.argmax(d))
         if d[p] <= stop:
             break
-        col = np.asarray(K[:, p], dtype=np.float64) - L[:, :i] @ L[p, :i]
+        col = np.asarray(K[p, :], dtype=np.float64) - L[:, :i] @ L[p, :i]
         L[:, i] = col / np.sqrt(d[p])
         d -= L[:, i] ** 2
         d[p] = 0.0
@@ -170,7 +201,7 @@ def pcg_solve(
     residual = np.linalg.norm(R, axis=0) / y_norm
     iterations = 0
     while iterations < max_iter and (active := residual > tol).any():
-        AP = K_arr @ P + reg * P
+        AP = kernel_product(K_arr, P) + reg * P
         alpha = np.where(active, rz / np.where(active, np.einsum("ij,ij->j", P, AP), 1.0), 0.0)
         X += alpha * P
         R -= alpha * AP

@@ -10,11 +10,13 @@ Entry point (:mod:`molntk.scale.engine`)::
     K["ntk_train"], K["ntk_test"], K["nngp_train"], K["nngp_test"]      # float64 numpy
 
 ``kernel_matrices(block_kernel, train_idx, test_idx=None, *, cache_dir=None,
-memory_budget_mb=None, block_size=None, executor=None, progress=None)`` returns
-``{name + "_train": (n, n), name + "_test": (m, n)}`` for the block kernel's matrices.
-Indices are positions in the block kernel's molecule list. Train × train blocks are
-computed once per unordered pair and mirrored; ``cache_dir`` makes runs resumable (a
-killed run rerun gives bit-identical matrices); ``executor`` is
+memory_budget_mb=None, block_size=None, executor=None, progress=None, storage_dir=None)``
+returns ``{name + "_train": (n, n), name + "_test": (m, n)}`` for the block kernel's
+matrices (``assemble_kernels``: also the blocks and their seconds). Indices are positions
+in the block kernel's molecule list. Train × train blocks are computed once per unordered
+pair and mirrored; ``cache_dir`` makes runs resumable (a killed run rerun gives
+bit-identical matrices); ``storage_dir`` keeps the matrices out of core (``.npy``
+memmaps); ``executor`` is
 :class:`SerialExecutor` (default without CUDA), :class:`DeviceExecutor` (all visible GPUs,
 default with CUDA) or :class:`DaskExecutor` (``DaskExecutor.local(n_workers)`` or
 ``DaskExecutor.connect(address)``, used as context managers).
@@ -27,8 +29,8 @@ block files), :mod:`~molntk.scale.executors`, :mod:`~molntk.scale.molecular` (th
 
 from molntk.scale.blocks import BlockKernel, plan_blocks
 from molntk.scale.cache import BlockCache, DamagedBlockWarning
-from molntk.scale.engine import default_executor, kernel_matrices
-from molntk.scale.executors import DaskExecutor, DeviceExecutor, SerialExecutor, cuda_devices, round_robin
+from molntk.scale.engine import KernelAssembly, assemble_kernels, default_executor, kernel_matrices
+from molntk.scale.executors import DaskExecutor, DeviceExecutor, SerialExecutor, cuda_devices, open_executor, round_robin
 from molntk.scale.memory import block_side, default_memory_budget
 from molntk.scale.molecular import MolecularBlockKernel, molecule_fingerprint
 from molntk.scale.progress import rich_progress
@@ -39,14 +41,17 @@ __all__ = [
     "DamagedBlockWarning",
     "DaskExecutor",
     "DeviceExecutor",
+    "KernelAssembly",
     "MolecularBlockKernel",
     "SerialExecutor",
+    "assemble_kernels",
     "block_side",
     "cuda_devices",
     "default_executor",
     "default_memory_budget",
     "kernel_matrices",
     "molecule_fingerprint",
+    "open_executor",
     "plan_blocks",
     "rich_progress",
     "round_robin",

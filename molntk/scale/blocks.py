@@ -11,7 +11,9 @@ config and the molecule set, needed for the on-disk cache), ``bytes_per_pair`` (
 pair, for the budget) and ``on(device) -> block kernel`` (a copy on another device).
 
 A *plan* cuts the training indices into consecutive blocks B_0 … B_{p-1} of at most b
-molecules and the test indices into T_0 … T_{q-1}:
+molecules (never across a ``boundary``: positions where a block must start, such as the
+sizes of a learning curve, so that every prefix up to a boundary is a union of whole
+blocks) and the test indices into T_0 … T_{q-1}:
 
 - train × train: the p(p+1)/2 blocks K[B_i, B_j], i ≤ j; the diagonal ones are symmetric
   calls, and K[B_j, B_i] = K[B_i, B_j]ᵀ is mirrored, not computed;
@@ -23,6 +25,8 @@ every rerun computes the same blocks (and finds them in the cache).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -70,22 +74,39 @@ def as_indices(indices: object, name: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _cuts(n: int, side: int) -> list[slice]:
-    return [slice(a, min(a + side, n)) for a in range(0, n, side)]
+def timed_block(kernel: BlockKernel, rows: np.ndarray, cols: np.ndarray | None) -> tuple[dict[str, np.ndarray], float]:
+    """``kernel.compute_block(rows, cols)`` and its wall-clock seconds."""
+    start = time.perf_counter()
+    arrays = kernel.compute_block(rows, cols)
+    return arrays, time.perf_counter() - start
 
 
-def plan_blocks(train_idx: np.ndarray, test_idx: np.ndarray | None, side: int) -> list[Block]:
-    """All blocks to compute (see module docstring), train blocks first, row-major."""
+def _cuts(n: int, side: int, boundaries: Iterable[int] = ()) -> list[slice]:
+    """Consecutive slices of at most ``side`` covering 0 … n, a new one at every boundary."""
+    starts = sorted({0, *(b for b in boundaries if 0 < b < n)})
+    ends = [*starts[1:], n]
+    return [slice(a, min(a + side, end)) for start, end in zip(starts, ends) for a in range(start, end, side)]
+
+
+def plan_blocks(
+    train_idx: np.ndarray,
+    test_idx: np.ndarray | None,
+    side: int,
+    boundaries: Iterable[int] = (),
+    test_boundaries: Iterable[int] = (),
+) -> list[Block]:
+    """All blocks to compute (see module docstring), train blocks first, row-major;
+    ``boundaries`` (``test_boundaries``): train (test) positions at which a block must start."""
     if side < 1:
         raise ValueError(f"block side must be >= 1, got {side}")
-    train_cuts = _cuts(len(train_idx), side)
+    train_cuts = _cuts(len(train_idx), side, boundaries)
     blocks = []
     for i, si in enumerate(train_cuts):
         for sj in train_cuts[i:]:
             diagonal = si == sj
             blocks.append(Block(TRAIN, si, sj, train_idx[si], None if diagonal else train_idx[sj]))
     if test_idx is not None:
-        for si in _cuts(len(test_idx), side):
+        for si in _cuts(len(test_idx), side, test_boundaries):
             for sj in train_cuts:
                 blocks.append(Block(TEST, si, sj, test_idx[si], train_idx[sj]))
     return blocks

@@ -30,6 +30,8 @@ from molntk._version import __version__
 from molntk.utils.files import atomic_path, atomic_write_json
 
 CHECKSUM = "__sha256__"
+#: Name of the 0-d entry holding the seconds a block took to compute (written by the engine).
+SECONDS = "__seconds__"
 
 
 class DamagedBlockWarning(UserWarning):

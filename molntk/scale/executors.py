@@ -1,14 +1,16 @@
 """Where blocks are computed: this process, the GPUs of this machine, or a Dask cluster.
 
 An executor takes a block kernel and a list of jobs (molecule indices ``rows``, ``cols``)
-and yields ``(job number, {name: matrix})`` as blocks finish, in any order; the engine
-places each block by its number, so the assembled matrices do not depend on the executor
+and yields ``(job number, {name: matrix}, seconds)`` as blocks finish, in any order
+(``seconds``: the block's compute time where it ran); the engine places each block by its
+number, so the assembled matrices do not depend on the executor
 or on completion order.
 
 - :class:`SerialExecutor`: one block after the other in this process.
 - :class:`DeviceExecutor`: one copy of the block kernel per device (``kernel.on(device)``),
   job k on device k mod D (round robin), one thread per device; torch releases the GIL in
   its kernels, so D GPUs work in parallel.
+- :func:`open_executor`: one of them by name, as a run's configuration asks for it.
 - :class:`DaskExecutor`: the same jobs as Dask ``distributed`` tasks: the block kernel is
   scattered to every worker once, at most ``max_in_flight`` blocks are pending at a time,
   and results are gathered as they complete. :meth:`DaskExecutor.local` starts a
@@ -27,15 +29,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from molntk.scale.blocks import BlockKernel
+from molntk.scale.blocks import BlockKernel, timed_block
 
 Job = tuple[np.ndarray, np.ndarray | None]
-Result = tuple[int, dict[str, np.ndarray]]
+Result = tuple[int, dict[str, np.ndarray], float]
 
 
 class Executor(Protocol):
     def run(self, kernel: BlockKernel, jobs: Sequence[Job]) -> Iterator[Result]:
-        """Yield (job number, block matrices) for every job, in completion order."""
+        """Yield (job number, block matrices, compute seconds) for every job, in completion order."""
         ...
 
 
@@ -44,7 +46,7 @@ class SerialExecutor:
 
     def run(self, kernel: BlockKernel, jobs: Sequence[Job]) -> Iterator[Result]:
         for k, (rows, cols) in enumerate(jobs):
-            yield k, kernel.compute_block(rows, cols)
+            yield k, *timed_block(kernel, rows, cols)
 
 
 def cuda_devices() -> list[str]:
@@ -81,7 +83,7 @@ class DeviceExecutor:
         if not hasattr(kernel, "on"):
             raise TypeError(f"{type(kernel).__name__} has no on(device) method: it cannot be placed on {self.devices}")
         copies = [kernel.on(device) for device in self.devices]
-        done: queue.Queue[tuple[int, dict[str, np.ndarray] | None, Exception | None]] = queue.Queue()
+        done: queue.Queue[tuple[int, tuple[dict[str, np.ndarray], float] | None, Exception | None]] = queue.Queue()
         stop = threading.Event()
 
         def work(copy: BlockKernel, numbers: list[int]) -> None:
@@ -89,7 +91,7 @@ class DeviceExecutor:
                 if stop.is_set():
                     return
                 try:
-                    done.put((k, copy.compute_block(*jobs[k]), None))
+                    done.put((k, timed_block(copy, *jobs[k]), None))
                 except Exception as err:  # noqa: BLE001 (handed to the consumer, which re-raises it)
                     done.put((k, None, err))
                     return
@@ -105,15 +107,13 @@ class DeviceExecutor:
                 k, result, error = done.get()
                 if error is not None:
                     raise RuntimeError(f"block {k} failed on {self.devices[k % len(self.devices)]}") from error
-                yield k, result
+                yield k, *result
         finally:
             stop.set()
             for t in threads:
                 t.join()
 
 
-def _compute(kernel: BlockKernel, rows: np.ndarray, cols: np.ndarray | None) -> dict[str, np.ndarray]:
-    return kernel.compute_block(rows, cols)
 
 
 @dataclass
@@ -161,14 +161,35 @@ class DaskExecutor:
         number = {}
 
         def submit(k: int):
-            future = self.client.submit(_compute, shared, *jobs[k], pure=False)
+            future = self.client.submit(timed_block, shared, *jobs[k], pure=False)
             number[future.key] = k
             return future
 
         pending = iter(range(len(jobs)))
         completed = as_completed([submit(k) for _, k in zip(range(limit), pending)], with_results=True)
-        for future, result in completed:
-            yield number.pop(future.key), result
+        for future, (arrays, seconds) in completed:
+            yield number.pop(future.key), arrays, seconds
             k = next(pending, None)
             if k is not None:
                 completed.add(submit(k))
+
+
+EXECUTORS = ("auto", "serial", "devices", "dask")
+
+
+@contextmanager
+def open_executor(kind: str = "auto", *, device: str = "cpu", workers: int | None = None, scheduler: str | None = None) -> Iterator[Executor]:
+    """The executor named ``kind``, open for a ``with`` block: ``auto`` (every visible GPU
+    when ``device`` is CUDA, else this process), ``serial``, ``devices`` (every visible
+    GPU), ``dask`` (a LocalCluster of ``workers`` processes, or the cluster at ``scheduler``)."""
+    if kind not in EXECUTORS:
+        raise ValueError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTORS)}")
+    if kind == "dask":
+        if (workers is None) == (scheduler is None):
+            raise ValueError("the dask executor needs exactly one of workers (a local cluster) or scheduler (an address)")
+        with DaskExecutor.local(workers) if workers is not None else DaskExecutor.connect(scheduler) as executor:
+            yield executor
+    elif kind == "devices" or (kind == "auto" and device.startswith("cuda") and cuda_devices()):
+        yield DeviceExecutor()
+    else:
+        yield SerialExecutor()

@@ -378,6 +378,52 @@ def test_sizes_above_eigh_max_reuse_the_cv_lambda_with_cholesky_or_pcg(tmp_path)
     assert runs["pcg"][10]["mae"] == runs["cholesky"][10]["mae"]
 
 
+def test_full_split_config_runs_its_path_at_small_n(tmp_path):
+    """configs/qm9_u0_full.yaml as shipped (out-of-core matrices, λ by LOO up to eigh_max,
+    then the large-N solver) with only the sizes shrunk: every model is reported at every
+    size, the sizes above eigh_max were solved without an eigendecomposition, and each
+    model's scratch matrices are gone afterwards."""
+    from pathlib import Path
+
+    config = Path(__file__).parents[1] / "configs" / "qm9_u0_full.yaml"
+    shrink = ["learning_curve.n_train=[10,16,22]", "learning_curve.n_test=6", "learning_curve.n_select=10",
+              "regression.eigh_max=10", "kernel.grid_band_limit=3", "kernel.threads=1", "invariance.n_molecules=2",
+              f"output={tmp_path / 'full'}"]
+    result = CliRunner().invoke(app, ["run", str(config), "--json", *[a for kv in shrink for a in ("--set", kv)]])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)["result"]
+    models = {"dressed-atom", "so3-ntk", "power-spectrum", "cm-laplacian", "bob-laplacian"}
+    assert {(r["model"], r["n_train"]) for r in document["records"]} == {(m, n) for m in models for n in (10, 16, 22)}
+    for r in document["records"]:
+        if r["model"] != "dressed-atom":
+            assert r["solver"] == ("eigh" if r["n_train"] == 10 else "cholesky"), r
+            assert math.isfinite(r["mae"])
+    assert {k["storage"] for k in document["kernel_seconds"]} == {"disk"}
+    assert not list((tmp_path / "full" / "kernel_matrices").iterdir())
+
+
+def test_block_kernel_on_two_devices_equals_serial(qm9, tmp_path, one_thread):
+    """MoleculeBlockKernel.on(device) through the DeviceExecutor (two CPU "devices": the
+    multi-GPU code path without a GPU) gives the serial blocks bit for bit, for the SO(3)
+    NTK and a feature-map baseline. (This caught a race: the two threads building Wigner
+    tables at once could leave e3nn in float32; see molntk.kernels.so3.wigner.)"""
+    from molntk.pipelines.molecule_kernels import MoleculeBlockKernel, MoleculeGroup
+    from molntk.pipelines.qm9 import build_candidates
+    from molntk.scale import DeviceExecutor, SerialExecutor, kernel_matrices
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    molecules = qm9.molecules(list(range(14)))
+    candidates = build_candidates(load_config(str(path), []), "sum", molecules)
+    group = MoleculeGroup(molecules)
+    for name in ("so3-ntk", "power-spectrum"):
+        kernel = MoleculeBlockKernel(candidates[name][0].kernel, group, key=name)
+        serial = kernel_matrices(kernel, np.arange(10), np.arange(10, 14), block_size=4, executor=SerialExecutor())
+        devices = kernel_matrices(kernel, np.arange(10), np.arange(10, 14), block_size=4, executor=DeviceExecutor(["cpu", "cpu"]))
+        for matrix in serial:
+            assert np.array_equal(serial[matrix], devices[matrix]), (name, matrix)
+
+
 def test_compute_section_is_validated(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(SMALL)

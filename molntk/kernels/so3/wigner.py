@@ -9,6 +9,7 @@ e3nn (width Σ_{l<L} (2l+1) = L²).
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 from e3nn import o3
@@ -46,15 +47,23 @@ def degree_weights(band_limit: int, dtype: torch.dtype = torch.float64, device=N
     )
 
 
+#: Serialises the sections that switch torch's process-wide default dtype: without it, two
+#: threads (e.g. the DeviceExecutor's, one per device) building tables at once could restore
+#: float32 while the other is still inside, and e3nn would build its generators in float32
+#: (kernel errors of ~1e-9 relative, seen as run-to-run differences).
+_DEFAULT_DTYPE_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def _float64_default():
     """e3nn builds its so(3) generators in the default dtype; build tables in float64."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
+    with _DEFAULT_DTYPE_LOCK:
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(old)
 
 
 def wigner_blocks(band_limit: int, alpha: Tensor, beta: Tensor, gamma: Tensor) -> list[Tensor]:

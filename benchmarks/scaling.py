@@ -50,7 +50,7 @@ QM9_TRAIN, QM9_TEST = 110_000, 10_831
 
 MODELS = {
     "fast": "FeatureConfig(band_limit=3); Lift(3, 1, 0.1) → ReLU → Pool → Dense(1, 0.1); SO3Grid(2) fast mode; element pairing; float64",
-    "default": "the QM9 main job's model: FeatureConfig(); lift:3 erf pool dense (σ_w = 1, σ_b = 0.1); SO3Grid(4) fast mode; element pairing; float64",
+    "default": "the first QM9 main job's model: FeatureConfig(); lift:3 erf pool dense (σ_w = 1, σ_b = 0.1); SO3Grid(4) fast mode; element pairing; float64",
 }
 
 

@@ -351,35 +351,30 @@ class Engine:
         )
 
 
-def block_kernel(candidate: Candidate, sets: QM9Sets, key: dict[str, Any]) -> MoleculeBlockKernel:
-    """The candidate's kernel on the run's molecules as a block kernel; its cache key hashes
-    the model, its hyperparameters, the feature and engine settings (``key``), the molecules
-    and their order, so a rerun of the same config finds its blocks and nothing else does."""
-    from molntk.scale.molecular import molecule_fingerprint
-
-    material = {**key, "candidate": candidate.params, "molecules": molecule_fingerprint(sets.molecules.molecules)}
+def block_kernel(candidate: Candidate, group: MoleculeGroup, key: dict[str, Any]) -> MoleculeBlockKernel:
+    """The candidate's kernel on ``group`` as a block kernel (descriptors computed here); its
+    cache key hashes ``key`` (the model, the feature and engine settings and the fingerprint
+    of the group's molecules, in order) and the candidate's hyperparameters, so a rerun of
+    the same config finds its blocks and nothing else does."""
+    material = {**key, "candidate": candidate.params}
     digest = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
-    return MoleculeBlockKernel(candidate.kernel, sets.molecules, digest)
-
-
-def block_boundaries(sets: QM9Sets, config: QM9PropertyConfig) -> list[int]:
-    """Training positions where kernel blocks start: every training size and ``n_select``.
-    The selection kernel and the learning-curve kernels are then made of the same blocks."""
-    return sorted({*sets.sizes, config.learning_curve.n_select})
+    return MoleculeBlockKernel(candidate.kernel, group, digest)
 
 
 def select_candidate(
-    candidates: list[Candidate], kernels: Sequence[MoleculeBlockKernel], y: np.ndarray, config: QM9PropertyConfig,
-    engine: Engine, boundaries: Sequence[int],
+    candidates: list[Candidate], selection: MoleculeGroup, key: dict[str, Any], y: np.ndarray,
+    config: QM9PropertyConfig, engine: Engine,
 ) -> tuple[int, list[dict[str, Any]]]:
-    """Index of the candidate with the lowest CV error on the selection set (the first
-    ``len(y)`` training molecules, targets ``y``), and the search table."""
+    """Index of the candidate with the lowest CV error on the ``selection`` molecules
+    (targets ``y``; ``key``: cache key material of the group, see :func:`block_kernel`), and
+    the search table. Each candidate describes only the selection molecules, one candidate
+    at a time, so the losing candidates never hold descriptors of the whole run."""
     if len(candidates) == 1:
         return 0, [{"candidate": candidates[0].label, "params": candidates[0].params, "cv_rmse": None, "chosen": True}]
     rows = []
-    for cand, kernel in zip(candidates, kernels):
-        selection = engine.assemble(kernel, np.arange(len(y)), boundaries=boundaries)
-        model = fit_kernel_ridge(selection.matrices["kernel_train"], y, config, cand.quadrature)
+    for cand in candidates:
+        selection_kernel = engine.assemble(block_kernel(cand, selection, key), np.arange(len(y)))
+        model = fit_kernel_ridge(selection_kernel.matrices["kernel_train"], y, config, cand.quadrature)
         curve = model.info["cv"]
         rmse = math.sqrt(curve["score"][curve["best_index"]]) * float(np.mean(model.info["target_scale"]))
         rows.append({
@@ -388,7 +383,7 @@ def select_candidate(
             "cv_rmse": rmse,
             "reg_relative": model.info["reg_relative"],
             "at_grid_edge": curve["at_grid_edge"],
-            "kernel_seconds": float(selection.seconds.sum()),
+            "kernel_seconds": float(selection_kernel.seconds.sum()),
         })
     best = int(np.argmin([row["cv_rmse"] for row in rows]))
     for i, row in enumerate(rows):
@@ -420,16 +415,15 @@ class ShellKernels:
             shutil.rmtree(self.folder)
 
 
-def shell_kernels(kernel: MoleculeBlockKernel, sets: QM9Sets, engine: Engine, boundaries: Sequence[int],
-                  progress: Progress | None, label: str) -> ShellKernels:
+def shell_kernels(kernel: MoleculeBlockKernel, sets: QM9Sets, engine: Engine, progress: Progress | None,
+                  label: str) -> ShellKernels:
     """K(train, train) and K(test and rotated, train) from the block engine (module
-    docstring, step 3): blocks start at ``boundaries`` (:func:`block_boundaries`: the
-    selection kernel's blocks are reused from the cache) and at the end of the test set
+    docstring, step 3): blocks start at every training size and at the end of the test set
     (so the test kernel's cost is measured apart from the rotated copies')."""
     n, m = sets.n_train, sets.n_test
     assembly = engine.assemble(
         kernel, np.arange(n), n + np.arange(m + sets.n_rotated),
-        boundaries=boundaries, test_boundaries=[m], storage=label,
+        boundaries=sets.sizes, test_boundaries=[m], storage=label,
         progress=None if progress is None else (lambda done, total: progress(label, done, total)),
     )
     K_test = assembly.matrices["kernel_test"]
@@ -511,18 +505,21 @@ def _run_models(config: QM9PropertyConfig, sets: QM9Sets, engine: Engine, progre
         by_reduce.setdefault(target_settings(config, target)[0], []).append(target)
     residual = {t: target_settings(config, t)[1] for t in config.targets}
     _dressed_atom_records(sets, config.targets, records, predictions)
+    from molntk.scale.molecular import molecule_fingerprint
+
     n_select = config.learning_curve.n_select
-    boundaries = block_boundaries(sets, config)
+    selection = MoleculeGroup(sets.train_molecules[:n_select], sets.molecules.dtype, sets.molecules.device)
+    fingerprints = {"selection": molecule_fingerprint(selection.molecules), "run": molecule_fingerprint(sets.molecules.molecules)}
     for reduce, targets in by_reduce.items():
         y_sel = np.stack([_residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
         for name, candidates in build_candidates(config, reduce, sets.train_molecules[:n_select]).items():
             key = {"model": name, "reduce": reduce, "features": config.features.model_dump(),
                    "kernel": config.kernel.model_dump(exclude={"threads", "device"})}
-            kernels = [block_kernel(c, sets, key) for c in candidates]
-            best, rows = select_candidate(candidates, kernels, y_sel, config, engine, boundaries)
+            best, rows = select_candidate(candidates, selection, {**key, "molecules": fingerprints["selection"]}, y_sel, config, engine)
             search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
             chosen = candidates[best]
-            shells = shell_kernels(kernels[best], sets, engine, boundaries, progress, f"{name}-{reduce}")
+            kernel = block_kernel(chosen, sets.molecules, {**key, "molecules": fingerprints["run"]})
+            shells = shell_kernels(kernel, sets, engine, progress, f"{name}-{reduce}")
             kernel_seconds.append({"model": name, "reduce": reduce, "train": float(shells.train_seconds[-1]),
                                    "test": float(shells.test_seconds[-1]), "storage": shells.storage})
             for target in targets:

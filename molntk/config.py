@@ -292,7 +292,7 @@ class KernelEngineConfig(Section):
 
     mode: Literal["fast", "exact"] = "fast"
     grid_band_limit: Annotated[int, Field(strict=True, ge=1, le=12)] = 2
-    sampling: Literal["gauss-legendre", "driscoll-healy"] = "gauss-legendre"
+    sampling: Literal["gauss-legendre", "driscoll-healy", "lebedev"] = "gauss-legendre"
     pairing: Literal["element", "shared", "atom-index"] = "element"
     dtype: Literal["float64", "float32"] = "float64"
     device: Literal["auto", "cpu", "cuda"] = "auto"

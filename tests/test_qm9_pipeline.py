@@ -226,6 +226,24 @@ def test_estimator_save_load_gives_identical_predictions(fitted, tmp_path):
     assert loaded.get_params() == model.get_params()
 
 
+def test_model_files_without_a_sampling_load_with_the_grid_they_were_fitted_on(fitted, tmp_path):
+    """Files written before ``sampling`` existed were fitted on Gauss–Legendre grids: loading
+    one must not switch it to the new default (a different kernel for the same weights)."""
+    model, mols, y = fitted
+    gl = SO3NTKRegressor(**{**model.get_params(), "sampling": "gauss-legendre"}).fit(mols[:30], y[:30])
+    path = gl.save(tmp_path / "gl.npz")
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = dict(archive)
+    meta = json.loads(arrays["metadata"].tobytes().decode("utf-8"))
+    del meta["params"]["sampling"]
+    arrays["metadata"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    old = tmp_path / "old.npz"
+    np.savez(old, **arrays)
+    loaded = SO3NTKRegressor.load(old)
+    assert loaded.sampling == "gauss-legendre"
+    assert np.array_equal(loaded.predict(mols[30:]), gl.predict(mols[30:]))
+
+
 def test_estimator_works_with_scikit_learn_tools(qm9):
     from sklearn.base import clone
     from sklearn.model_selection import cross_val_score

@@ -67,7 +67,7 @@ def literal_node_pair_kernel(layers, x: torch.Tensor, grid: SO3Grid) -> tuple[to
     return K, T
 
 
-@pytest.mark.parametrize("sampling", ["gauss-legendre", "driscoll-healy"])
+@pytest.mark.parametrize("sampling", ["gauss-legendre", "driscoll-healy", "lebedev"])
 @pytest.mark.parametrize("activation", ["relu", "erf"])
 def test_exact_mode_equals_literal_node_pair_kernel(sampling, activation):
     """Exact mode (pair measure) = the discretised network's kernel on node pairs, to rounding.
@@ -258,7 +258,7 @@ def test_augmentation_theorem_orbit_averaged_mlp_equals_gcnn(activation):
 
 
 @pytest.mark.parametrize("mode", ["fast", "exact"])
-@pytest.mark.parametrize("sampling", ["gauss-legendre", "driscoll-healy"])
+@pytest.mark.parametrize("sampling", ["gauss-legendre", "driscoll-healy", "lebedev"])
 def test_kernels_are_symmetric_psd(mode, sampling):
     """(f) NNGP and NTK matrices on a random batch: symmetric, eigenvalues ≥ −1e-12·λ_max."""
     net = serial(Lift(3, 1.0, 0.2), Nonlinearity("relu"), GroupConv(3, 1.0, 0.2), Nonlinearity("erf"), Pool(), Dense(1.0, 0.1), Nonlinearity("relu"), Dense())

@@ -42,8 +42,7 @@ from molntk.baselines.assembly import check_options
 from molntk.baselines.mlp import FeatureMapNTK, MLPArchitecture
 from molntk.features.environments import FeatureConfig
 from molntk.kernels.so3.grids import SO3Grid
-from molntk.kernels.so3.lift import lift_moments
-from molntk.kernels.so3.wigner import _float64_default, flatten_blocks
+from molntk.kernels.so3.wigner import _float64_default, coeff_slices, flatten_blocks, wigner_slices
 
 #: Most entries (atom pairs × rotations) of one first-layer kernel chunk (≈ 32 MiB in float64).
 _CHUNK_ENTRIES = 1 << 22
@@ -108,6 +107,17 @@ class RotationSet:
 
     def __len__(self) -> int:
         return int(self.weights.shape[0])
+
+    def rotate(self, x: Tensor, rows: slice = slice(None)) -> Tensor:
+        """ρ(R_k) x for the rotations ``rows``: (n, C, L²) → (n, k, C, L²), (ρ(R) x)^l = D^l(R) x^l."""
+        band_limit = math.isqrt(x.shape[-1])
+        table = self.table(band_limit, x.dtype, x.device)[rows]
+        out = x.new_empty(x.shape[0], table.shape[0], *x.shape[1:])
+        for coeffs, entries in zip(coeff_slices(band_limit), wigner_slices(band_limit)):
+            width = coeffs.stop - coeffs.start
+            d = table[:, entries].unflatten(-1, (width, width))  # (k, 2l+1, 2l+1)
+            out[..., coeffs] = torch.einsum("kmp,ncp->nkcm", d, x[..., coeffs])
+        return out
 
     def table(self, band_limit: int, dtype: torch.dtype, device: torch.device | str) -> Tensor:
         """Flattened D^l(R_k), l < L: shape (K, Σ_l (2l+1)²) (cached)."""
@@ -179,18 +189,18 @@ class AugmentedMLPNTK(FeatureMapNTK):
         # first-layer variances: ρ(R) is orthogonal, so rotating f' leaves them unchanged
         var1 = scale * (x1 * x1).sum((1, 2)) + bias
         var2 = var1 if x2 is x1 else scale * (x2 * x2).sum((1, 2)) + bias
-        moments = lift_moments(x1, x2, band_limit)  # (n1, n2, L3)
-        table = self.rotations.table(band_limit, x1.dtype, x1.device)
+        n1, n2 = x1.shape[0], x2.shape[0]
         weights = self.rotations.weights.to(dtype=x1.dtype, device=x1.device)
-        n1, n2 = moments.shape[:2]
         nngp = x1.new_zeros(n1, n2)
         ntk = x1.new_zeros(n1, n2)
         chunk = max(1, _CHUNK_ENTRIES // max(1, n1 * n2))
         v1, v2 = var1[:, None, None], var2[None, :, None]
+        flat1 = x1.reshape(n1, -1)
         for start in range(0, len(self.rotations), chunk):
             rows = slice(start, start + chunk)
-            k1 = scale * (moments @ table[rows].T) + bias  # K¹(f, ρ(R_k) f'), (n1, n2, k)
-            k, theta = arch.kernels(k1, v1, v2)
-            nngp += k @ weights[rows]
-            ntk += theta @ weights[rows]
+            rotated = self.rotations.rotate(x2, rows).reshape(-1, flat1.shape[1])  # ρ(R_k) f', (n2·k, C·L²)
+            k1 = (flat1 @ rotated.T).view(n1, n2, -1).mul_(scale).add_(bias)  # K¹(f, ρ(R_k) f'), (n1, n2, k)
+            k, theta = arch.mean_kernels(k1, v1, v2, weights[rows])
+            nngp += k
+            ntk += theta
         return nngp, ntk

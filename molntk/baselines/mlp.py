@@ -38,6 +38,7 @@ from molntk.baselines.assembly import AtomDescriptors, KernelInput, LocalKernel,
 from molntk.data.molecule import Molecule
 from molntk.features.environments import EnvironmentBatch, FeatureConfig, environment_features
 from molntk.kernels.activations import get_activation
+from molntk.kernels.pooled_activations import pooled_dual
 from molntk.kernels.molecular import MoleculeKernels
 
 
@@ -99,6 +100,18 @@ class MLPArchitecture:
         return mlp_kernels(
             k1, var1, var2, depth=self.depth, activation=self.activation, sigma_w=self.sigma_w, sigma_b=self.sigma_b
         )
+
+    def mean_kernels(self, k1: Tensor, var1: Tensor, var2: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
+        """Σ_k w_k K^{depth+1}(k1[..., k]) and Σ_k w_k Θ^{depth+1}(k1[..., k]) over the last axis.
+
+        Depth 1 in one pass (:func:`~molntk.kernels.pooled_activations.pooled_dual`):
+        Σ w K² = σ_w² Σ w F + σ_b² Σ w, Σ w Θ² = Σ w K² + σ_w² Σ w K¹ Ḟ."""
+        if self.depth > 1:
+            k, theta = self.kernels(k1, var1, var2)
+            return k @ weights, theta @ weights
+        f, t = pooled_dual(self.activation, k1, k1, var1, var2, weights)
+        k = f.mul_(self.sigma_w**2).add_(self.sigma_b**2 * float(weights.sum()))
+        return k, torch.add(k, t, alpha=self.sigma_w**2)
 
 
 class FeatureMapNTK(LocalKernel):

@@ -13,7 +13,7 @@ pairs of an environment kernel k (one SO(3) network per centre element by defaul
 ``reduce="mean"`` divides by n_atoms(M) · n_atoms(M') (intensive targets). Environment
 kernels are evaluated in blocks of at most ``block_size`` environments per side, so the
 memory of a call is bounded by the block size, not by the number of molecules; for a
-symmetric call (x2 omitted) on a grid closed under inversion only blocks on or above the
+symmetric call (x2 omitted) on a mirrored grid (Discretisation.symmetric) only blocks on or above the
 diagonal are computed. The per-environment part of the recursion (self-kernels, whose
 variances the nonlinearities need) is computed once per environment and call, and each
 block's cross kernels are evaluated in cache-sized tiles (:meth:`SO3Network.cross_kernel`).
@@ -63,7 +63,8 @@ class MolecularKernel:
 
     @property
     def symmetric_grid(self) -> bool:
-        """Whether env kernels are exactly symmetric (exact mode, or a grid closed under inversion)."""
+        """Whether a set's env kernel with itself is computed on and above the diagonal and
+        mirrored (:attr:`~molntk.kernels.so3.context.Discretisation.symmetric`)."""
         return self.ctx.symmetric
 
     def env_kernel(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:

@@ -69,11 +69,12 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
 
     Parameters: ``layers``, ``sigma_w``, ``sigma_b`` (the network); ``band_limit``,
     ``smearing_width``, ``radial`` (dict, None: :data:`DEFAULT_RADIAL`), ``elements`` (the
-    feature maps and the element set the model accepts); ``grid_band_limit``, ``mode``,
-    ``pairing``, ``reduce`` (the kernel engine); ``residual`` (learn the residual of the
+    feature maps and the element set the model accepts); ``grid_band_limit``, ``sampling``,
+    ``mode``, ``pairing``, ``reduce`` (the kernel engine; the default Lebedev grid of band
+    limit 5 as in configs/qm9_u0.yaml); ``residual`` (learn the residual of the
     dressed-atom model); ``reg`` ("cv" or λ ≥ 0), ``cv``, ``psd_rtol`` (regression: the
-    accuracy of the fast-mode quadrature, 1e-7 suits erf networks on the default grid band
-    limit 4, whose kernels are accurate to ≈ 1e-9);
+    accuracy of the fast-mode quadrature, 3e-8 suits erf networks on the default grid,
+    whose kernels are accurate to ≈ 5e-11);
     ``dtype``, ``device``, ``block_size`` (computation).
     """
 
@@ -86,14 +87,15 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         smearing_width: float = 0.3,
         radial: dict[str, Any] | None = None,
         elements: Sequence[int] = (1, 6, 7, 8, 9),
-        grid_band_limit: int = 4,
+        grid_band_limit: int = 5,
+        sampling: str = "lebedev",
         mode: str = "fast",
         pairing: str = "element",
         reduce: str = "sum",
         residual: bool = True,
         reg: float | str = "cv",
         cv: str = "loo",
-        psd_rtol: float = 1e-7,
+        psd_rtol: float = 3e-8,
         dtype: str = "float64",
         device: str = "cpu",
         block_size: int = 512,
@@ -106,6 +108,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         self.radial = radial
         self.elements = elements
         self.grid_band_limit = grid_band_limit
+        self.sampling = sampling
         self.mode = mode
         self.pairing = pairing
         self.reduce = reduce
@@ -135,7 +138,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         if self.dtype not in ("float64", "float32"):
             raise InputError("dtype", f"must be 'float64' or 'float32', got {self.dtype!r}")
         net = parse_architecture(self.layers, sigma_w=self.sigma_w, sigma_b=self.sigma_b)
-        ctx = net.discretisation(SO3Grid(self.grid_band_limit), self.mode, getattr(torch, self.dtype), self.device)
+        ctx = net.discretisation(SO3Grid(self.grid_band_limit, self.sampling), self.mode, getattr(torch, self.dtype), self.device)
         return MolecularKernel(net, ctx, self.pairing, self.reduce, self.block_size)
 
     def _features(self, molecules: list[Molecule]):
@@ -224,6 +227,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             raise InputError(str(path), f"model format version {meta.get('version')} is not supported (expected {FORMAT_VERSION})")
         params = meta["params"]
         params["elements"] = tuple(params["elements"])
+        params.setdefault("sampling", "gauss-legendre")  # files from before the sampling parameter
         model = cls(**params)
         ends = np.cumsum(arrays["n_atoms"])
         model.train_molecules_ = [

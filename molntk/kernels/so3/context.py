@@ -42,10 +42,13 @@ class Discretisation:
 
     @property
     def symmetric(self) -> bool:
-        """Whether kernel matrices are exactly symmetric: exact mode, or a fast-mode grid
-        closed under inversion (Gauss–Legendre), where ψ_{ff'}(u_k) = ψ_{f'f}(u_k⁻¹) permutes
-        the support."""
-        return self.mode == "exact" or self.grid.sampling == "gauss-legendre"
+        """Whether the kernel of a set with itself is computed on and above the diagonal and
+        mirrored: exact mode and fast-mode grids closed under inversion (Gauss–Legendre),
+        where ψ_{ff'}(u_k) = ψ_{f'f}(u_k⁻¹) permutes the support and the matrices are exactly
+        symmetric; and Lebedev grids, symmetric to their quadrature accuracy, where the mirror
+        halves the work and makes them exactly symmetric (entry i < j is the quadrature of
+        the pair in the order (f_i, f_j)). Driscoll–Healy grids are computed in full."""
+        return self.mode == "exact" or self.grid.sampling in ("gauss-legendre", "lebedev")
 
     @property
     def support_size(self) -> int:

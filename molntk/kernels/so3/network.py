@@ -68,12 +68,16 @@ class SO3Network:
         return Discretisation(grid=grid, band_limit=self.band_limit, mode=mode, dtype=dtype, device=device)
 
     def steps(self, ctx: Discretisation) -> list[tuple[Rule, bool]]:
-        """(kernel rule, pools) of every layer after Lift; a GroupConv directly before Pool
-        becomes one step without the synthesis when ``ctx``'s measure allows it."""
+        """(kernel rule, pools) of every layer after Lift. A layer directly before Pool becomes
+        one step with it: a GroupConv without the synthesis (when ``ctx``'s measure allows it),
+        a nonlinearity as one pass over the group values."""
         out, layers = [], list(self.layers[1:])
         while layers:
             layer = layers.pop(0)
-            if isinstance(layer, GroupConv) and layers and isinstance(layers[0], Pool) and layer.pools_exactly(ctx):
+            before_pool = bool(layers) and isinstance(layers[0], Pool)
+            if before_pool and (
+                isinstance(layer, Nonlinearity) or (isinstance(layer, GroupConv) and layer.pools_exactly(ctx))
+            ):
                 out.append((layer.pool_rule, True))
                 layers.pop(0)
             else:
@@ -112,8 +116,8 @@ class SO3Network:
 
         Pairs are evaluated in square tiles of at most :data:`TILE_ELEMENTS` group values
         (cache-sized; memory does not grow with n1·n2 beyond the output). ``symmetric``
-        (x2 is x1, same self-kernels): on a ``ctx`` with exactly symmetric kernels only
-        tiles on or above the diagonal are computed and mirrored.
+        (x2 is x1, same self-kernels): on a mirrored ``ctx`` (:attr:`Discretisation.symmetric`)
+        only tiles on or above the diagonal are computed, and the upper triangle is mirrored.
         """
         x1 = x1.to(dtype=ctx.dtype, device=ctx.device)
         x2 = x2.to(dtype=ctx.dtype, device=ctx.device)
@@ -130,6 +134,8 @@ class SO3Network:
                 k, t = self._tile(x1[rows], x2[cols], [s[rows] for s in self1], [s[cols] for s in self2], steps, ctx, ntk)
                 for target, value in ((nngp, k), (theta, t)):
                     if target is not None:
+                        if mirror and j == i:  # the tile's upper triangle, mirrored
+                            value = value.triu() + value.triu(1).T
                         target[rows, cols] = value
                         if mirror and j > i:
                             target[cols, rows] = value.T

@@ -5,7 +5,10 @@ variances of the two inputs at one point, K^{ff}(g, g) = ψ^{ff}(e):
 
     K'(u) = F(K(u); ψ^{ff}(e), ψ^{f'f'}(e)),   Θ'(u) = Θ(u) · Ḟ(K(u); ψ^{ff}(e), ψ^{f'f'}(e)),
 
-and each self-kernel function is mapped the same way with its own variance.
+and each self-kernel function is mapped the same way with its own variance. Followed
+directly by Pool, the two steps are one (:meth:`Nonlinearity.pool_rule`): the means
+Σ_k w_k F(K(u_k)) and Σ_k w_k Θ(u_k) Ḟ(K(u_k)) in one pass
+(:func:`molntk.kernels.pooled_activations.pooled_dual`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from molntk.kernels.activations import get_activation
+from molntk.kernels.pooled_activations import pooled_dual
 from molntk.kernels.so3.context import Discretisation
 from molntk.kernels.so3.state import GroupKernel, PooledKernel, apply_rule
 
@@ -34,6 +38,12 @@ class Nonlinearity:
         """K' = F(K; var1, var2), Θ' = Θ · Ḟ(K; var1, var2) (Ḟ updated in place)."""
         nngp, fdot = get_activation(self.name).dual(nngp, var1, var2)
         return nngp, None if ntk is None else fdot.mul_(ntk)
+
+    def pool_rule(
+        self, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, ctx: Discretisation
+    ) -> tuple[Tensor, Tensor | None]:
+        """This layer followed by Pool: mean F(K; var1, var2), mean Θ · Ḟ(K; var1, var2)."""
+        return pooled_dual(self.name, nngp, ntk, var1, var2, ctx.measure.mean_weights(ctx.dtype, ctx.device))
 
     def kernel(self, state: GroupKernel | PooledKernel, ctx: Discretisation, *, ntk: bool) -> GroupKernel | PooledKernel:
         if not isinstance(state, (GroupKernel, PooledKernel)):

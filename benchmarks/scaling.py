@@ -19,8 +19,9 @@ measured GPU pair rate (labelled projected).
 
 Model (``--model fast``, default): FeatureConfig(band_limit=3) (6 Gaussians, cutoff 5 Å,
 smearing 0.5), Lift(3, 1, 0.1) → ReLU → Pool → Dense(1, 0.1), SO3Grid(2), fast mode,
-element pairing, float64. ``--model default``: molntk's default model (band limit 4,
-Lift(4) → ReLU → GroupConv(3) → ReLU → Pool → Dense, SO3Grid(3)), about 7× slower.
+element pairing, float64. ``--model default``: the first QM9 main job's model (see
+``MODELS``); ``--model main``: the current main job's (configs/qm9_u0.yaml, Lebedev grid
+of band limit 5).
 
     python benchmarks/scaling.py                          # CPU, N = 100 200 400; Dask at N = 200
     python benchmarks/scaling.py --n 250 500 1000 2000    # the grid (hours on 2 cores)
@@ -51,6 +52,7 @@ QM9_TRAIN, QM9_TEST = 110_000, 10_831
 MODELS = {
     "fast": "FeatureConfig(band_limit=3); Lift(3, 1, 0.1) → ReLU → Pool → Dense(1, 0.1); SO3Grid(2) fast mode; element pairing; float64",
     "default": "the first QM9 main job's model: FeatureConfig(); lift:3 erf pool dense (σ_w = 1, σ_b = 0.1); SO3Grid(4) fast mode; element pairing; float64",
+    "main": "the QM9 main job's model (configs/qm9_u0.yaml): 8 Gaussians to 3 Å, smearing 0.3, band limit 4; lift:3 erf pool dense (σ_w = 2, σ_b = 1); SO3Grid(5, 'lebedev') fast mode; element pairing; float64",
 }
 
 
@@ -65,6 +67,12 @@ def build(model: str, device: str, env_block: int = 256):
 
     if model == "fast":
         net, grid, features = serial(Lift(3, 1.0, 0.1), Nonlinearity("relu"), Pool(), Dense(1.0, 0.1)), SO3Grid(2), FeatureConfig(band_limit=3)
+    elif model == "main":
+        from molntk.features.radial import GaussianBasis
+
+        net = parse_architecture("lift:3 erf pool dense", sigma_w=2.0, sigma_b=1.0)
+        grid = SO3Grid(5, "lebedev")
+        features = FeatureConfig(band_limit=4, smearing_width=0.3, radial=GaussianBasis(n=8, r_min=0.5, r_cut=3.0))
     else:
         net, grid, features = parse_architecture("lift:3 erf pool dense", sigma_w=1.0, sigma_b=0.1), SO3Grid(4), FeatureConfig()
     return MolecularKernel(net, net.discretisation(grid, "fast", torch.float64, device), block_size=env_block), features

@@ -12,8 +12,8 @@ this takes about ten passes over the (P, K) values plus torch's float64 arcsin, 
 scalar on CPU (≈ 5 ns a value, the largest single cost of the SO(3) NTK). On CPU, for erf
 and ReLU, :func:`pooled_dual` instead runs one compiled loop per pair (numba, no GIL, the
 pairs split over ``torch.get_num_threads()`` threads), with the arcsin of
-:func:`asin_poly`: the same formulas, 5× faster on the development CPU (benchmark:
-``benchmarks/so3_kernel.py``). Other devices, dtypes and activations take the torch path.
+:func:`asin_poly`: the same formulas, 3–7× faster on the development CPU (benchmark:
+``benchmarks/so3_quadrature.py``). Other devices, dtypes and activations take the torch path.
 
 Results do not depend on how pairs are grouped into calls or threads: each pair's sum is one
 loop over its K values, vectorised in an order fixed by K alone (tested), so blockwise and
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from molntk.kernels.activations import get_activation
+from molntk.kernels.activations import _CLAMP, get_activation
 
 
 def _asin_series_tail(t: np.ndarray) -> np.ndarray:
@@ -82,9 +82,6 @@ def asin_poly(x: float) -> float:
     r = s + s * t * (low + high * (t4 * t4))
     r = _HALF_PI - 2.0 * r if big else r
     return math.copysign(r, x)
-
-
-_CLAMP = 1e-12  # as in molntk.kernels.activations
 
 
 @numba.njit(nogil=True, inline="always", fastmath=_FLAGS)

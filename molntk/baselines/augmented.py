@@ -158,7 +158,8 @@ class AugmentedMLPNTK(FeatureMapNTK):
     """Molecular NNGP/NTK of per-atom MLPs trained on rotation-augmented environments.
 
     Same interface as :class:`~molntk.baselines.mlp.MLPNTK`; ``rotations`` defaults to the
-    Gauss–Legendre grid of band limit 4 (256 rotations). Cost per atom pair: O(C·L³ + K·L³).
+    Gauss–Legendre grid of band limit 4 (256 rotations). Cost per atom pair: O(K·C·L²), one
+    GEMM of the first inputs against the K rotated copies of the second (:meth:`RotationSet.rotate`).
     """
 
     config: FeatureConfig = field(default_factory=FeatureConfig)

@@ -62,9 +62,10 @@ def _inputs(shape, seed, zero_variance=False):
     return nngp, theta, v1, v2, w / w.sum()
 
 
-def _torch_pooled(activation, nngp, ntk, v1, v2, w):
+def _torch_terms(activation, nngp, ntk, v1, v2):
+    """The summands F and Θ·Ḟ of the torch path (None for Θ·Ḟ without ``ntk``)."""
     f, fdot = get_activation(activation).dual(nngp, v1, v2)
-    return f, (None if ntk is None else fdot * ntk), w
+    return f, (None if ntk is None else fdot * ntk)
 
 
 def _assert_within_rounding(fused, terms, w):
@@ -81,7 +82,7 @@ def test_fused_loop_equals_torch_dual_then_weighted_sum(activation, tangent):
     ntk = {"none": None, "same": nngp, "separate": theta}[tangent]
     assert fused_available(activation, nngp)
     f, t = pooled_dual(activation, nngp, ntk, v1, v2, w)
-    f_terms, t_terms, _ = _torch_pooled(activation, nngp, ntk, v1, v2, w)
+    f_terms, t_terms = _torch_terms(activation, nngp, ntk, v1, v2)
     assert f.shape == (7, 9) and f.dtype == torch.float64
     _assert_within_rounding(f, f_terms, w)
     if ntk is None:
@@ -97,7 +98,7 @@ def test_fused_loop_on_self_kernels_and_float32():
     var = v2[0]  # (11, 1)
     k = nngp[0].abs().clamp(max=1.0) * var.sqrt() * var.sqrt()  # |K| ≤ v on both sides
     f, t = pooled_dual("erf", k, k, var, var, w)
-    f_terms, t_terms, _ = _torch_pooled("erf", k, k, var, var, w)
+    f_terms, t_terms = _torch_terms("erf", k, k, var, var)
     _assert_within_rounding(f, f_terms, w)
     _assert_within_rounding(t, t_terms, w)
     f32, t32 = pooled_dual("erf", k.float(), k.float(), var.float(), var.float(), w.float())
@@ -134,7 +135,7 @@ def test_other_activations_take_the_torch_path():
     nngp, theta, v1, v2, w = _inputs((3, 4, 16), seed=4)
     assert not fused_available("quadratic", nngp)
     f, t = pooled_dual("quadratic", nngp, theta, v1, v2, w)
-    f_terms, t_terms, _ = _torch_pooled("quadratic", nngp, theta, v1, v2, w)
+    f_terms, t_terms = _torch_terms("quadratic", nngp, theta, v1, v2)
     assert torch.equal(f, f_terms @ w) and torch.equal(t, t_terms @ w)
 
 

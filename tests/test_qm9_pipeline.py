@@ -398,9 +398,10 @@ def test_sizes_above_eigh_max_reuse_the_cv_lambda_with_cholesky_or_pcg(tmp_path)
 
 def test_full_split_config_runs_its_path_at_small_n(tmp_path):
     """configs/qm9_u0_full.yaml as shipped (out-of-core matrices, λ by LOO up to eigh_max,
-    then the large-N solver) with only the sizes shrunk: every model is reported at every
-    size, the sizes above eigh_max were solved without an eigendecomposition, and each
-    model's scratch matrices are gone afterwards."""
+    then the large-N solver; sparse models beside them) with only the sizes shrunk: every
+    model is reported at every size, the exact sizes above eigh_max were solved without an
+    eigendecomposition, and each model's scratch matrices (exact and sparse) are gone
+    afterwards."""
     from pathlib import Path
 
     config = Path(__file__).parents[1] / "configs" / "qm9_u0_full.yaml"
@@ -410,12 +411,15 @@ def test_full_split_config_runs_its_path_at_small_n(tmp_path):
     result = CliRunner().invoke(app, ["run", str(config), "--json", *[a for kv in shrink for a in ("--set", kv)]])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)["result"]
-    models = {"dressed-atom", "so3-ntk", "power-spectrum", "cm-laplacian", "bob-laplacian"}
+    models = {"dressed-atom", "so3-ntk", "mlp-ntk", "power-spectrum", "cm-laplacian", "bob-laplacian",
+              "so3-ntk-sparse", "mlp-ntk-sparse", "power-spectrum-sparse"}
     assert {(r["model"], r["n_train"]) for r in document["records"]} == {(m, n) for m in models for n in (10, 16, 22)}
     for r in document["records"]:
-        if r["model"] != "dressed-atom":
+        if r["model"].endswith("-sparse"):
+            assert r["solver"] == "sparse", r
+        elif r["model"] != "dressed-atom":
             assert r["solver"] == ("eigh" if r["n_train"] == 10 else "cholesky"), r
-            assert math.isfinite(r["mae"])
+        assert math.isfinite(r["mae"])
     assert {k["storage"] for k in document["kernel_seconds"]} == {"disk"}
     assert not list((tmp_path / "full" / "kernel_matrices").iterdir())
 
@@ -477,3 +481,32 @@ def test_several_targets_share_kernels_by_reduction(tmp_path):
     assert all(r["invariance_error"] is None for r in document["records"])
     for target in ("homo", "u0_atom", "mu"):
         assert (tmp_path / "out" / f"learning_curve_{target}.png").exists()
+
+
+def test_sparse_models_on_every_training_environment_equal_the_exact_models(tmp_path):
+    """``sparse`` with more inducing environments than the 24 training molecules have: at
+    n = 24 every training environment is inducing, so the Nyström kernel K_nm K_mm⁺ K_mn is
+    the exact molecular kernel (Σ over environment pairs, push-through identity), the LOO
+    curves coincide and the power spectrum's sparse model equals its exact one: same λ,
+    MAE to 1e-7 relative (with rank_rtol = 1e-12, K_mm's pseudo-inverse drops eigenvalues
+    below 1e-12 · s_max only, a rounding-level change of the kernel amplified at most by
+    κ(K + λI) ≤ 1e4 for λ ≥ psd_rtol · mean diag K). ``exact_up_to: 10`` leaves the exact models out at n = 24."""
+    config = tmp_path / "sparse.yaml"
+    config.write_text(SMALL + "sparse: {models: [so3_ntk, power_spectrum], environments: 100000, selection: random, rank_rtol: 1.0e-12}\n")
+    result = CliRunner().invoke(app, ["run", str(config), "--json", "--set", f"output={tmp_path / 'all'}"])
+    assert result.exit_code == 0, result.output
+    records = {(r["model"], r["n_train"]): r for r in json.loads(result.stdout)["result"]["records"]}
+    for model in ("so3-ntk", "power-spectrum"):
+        sparse, exact = records[(model + "-sparse", 24)], records[(model, 24)]
+        assert sparse["solver"] == "sparse" and sparse["n_inducing"] > 24
+        assert math.isfinite(records[(model + "-sparse", 10)]["mae"])
+    sparse, exact = records[("power-spectrum-sparse", 24)], records[("power-spectrum", 24)]
+    assert sparse["reg_relative"] == pytest.approx(exact["reg_relative"], rel=1e-12)
+    assert sparse["mae"] == pytest.approx(exact["mae"], rel=1e-7)
+
+    result = CliRunner().invoke(app, ["run", str(config), "--json", "--set", f"output={tmp_path / 'cut'}",
+                                      "--set", "sparse.exact_up_to=10", "--set", "sparse.environments=30"])
+    assert result.exit_code == 0, result.output
+    pairs = {(r["model"], r["n_train"]) for r in json.loads(result.stdout)["result"]["records"]}
+    assert ("so3-ntk", 10) in pairs and ("so3-ntk", 24) not in pairs
+    assert {("so3-ntk-sparse", 10), ("so3-ntk-sparse", 24), ("power-spectrum-sparse", 24)} <= pairs

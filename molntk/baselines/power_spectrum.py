@@ -64,9 +64,11 @@ def power_spectrum(coeffs: Tensor, *, degree_scaling: bool = True) -> Tensor:
 
 
 def normalise(p: Tensor) -> Tensor:
-    """Rows scaled to unit length; all-zero rows stay zero."""
+    """Rows of ``p`` scaled to unit length in place (all-zero rows stay zero); returns ``p``.
+    In place because p is large: 3,280 numbers per environment at C = 40, L = 4 (10 GB for
+    the 400,000 environments of 20,000 QM9 molecules)."""
     norm = torch.linalg.vector_norm(p, dim=1, keepdim=True)
-    return p / torch.where(norm > 0, norm, torch.ones_like(norm))
+    return p.div_(torch.where(norm > 0, norm, torch.ones_like(norm)))
 
 
 def normalised_dot_power(x1: Tensor, x2: Tensor | None, zeta: int) -> Tensor:

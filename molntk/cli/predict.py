@@ -52,6 +52,7 @@ def predict(
                 f"with both --input and --smiles, repeat the flag for each item ({more[0]!r} is ambiguous)", param_hint="--smiles"
             )
         inputs, smiles = (inputs + more, smiles) if inputs else (inputs, smiles + more)
+    import numpy as np
     import pandas as pd
 
     from molntk.data.readers import ReadResult, read_molecules, read_smiles
@@ -65,10 +66,14 @@ def predict(
     result = ReadResult(from_files.molecules + from_smiles.molecules, from_files.failures + from_smiles.failures)
     rows = []
     if result.molecules:
-        mean, std = regressor.predict(result.molecules, return_std=True)
+        if regressor.inducing is None:
+            mean, std = regressor.predict(result.molecules, return_std=True)
+            std = std.reshape(len(result.molecules), -1)[:, 0]
+        else:  # a sparse model has no NTK-GP variance: the std column stays empty
+            mean, std = regressor.predict(result.molecules), np.full(len(result.molecules), np.nan)
         rows = [
-            {"id": m.id, "smiles": m.smiles, "source": m.source, "prediction": float(p), "std": float(s)}
-            for m, p, s in zip(result.molecules, mean, std.reshape(len(result.molecules), -1)[:, 0])
+            {"id": m.id, "smiles": m.smiles, "source": m.source, "prediction": float(p), "std": None if np.isnan(s) else float(s)}
+            for m, p, s in zip(result.molecules, mean, std)
         ]
     frame = pd.DataFrame(rows, columns=["id", "smiles", "source", "prediction", "std"])
     atomic_write_text(out, frame.to_csv(index=False))

@@ -33,6 +33,7 @@ from molntk.features.environments import (
     environment_features,
     padded_features,
 )
+from molntk.features.inducing import concatenate, environments_as_molecules
 from molntk.kernels.molecular import MolecularKernel
 
 
@@ -54,10 +55,41 @@ class MoleculeGroup:
         return len(self.molecules)
 
 
+@dataclass
+class InducingGroup:
+    """The inducing environments ``rows`` of ``group`` (each a molecule of its own,
+    :func:`~molntk.features.inducing.environments_as_molecules`) followed by the group's
+    molecules: a molecule kernel on it holds Θ(inducing, inducing) and Θ(molecule,
+    inducing) of a sparse model. Only kernels that describe molecules by their
+    environments (``environments``) can use it."""
+
+    group: MoleculeGroup
+    rows: torch.Tensor
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.group.dtype
+
+    @property
+    def device(self) -> str:
+        return self.group.device
+
+    @property
+    def molecules(self) -> list[Molecule]:
+        raise TypeError("a sparse model needs a kernel over atom environments; this one describes whole molecules")
+
+    def environments(self, config: FeatureConfig) -> EnvironmentBatch:
+        feats = self.group.environments(config)
+        return concatenate(environments_as_molecules(feats, self.rows), feats)
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.group)
+
+
 class MoleculeKernel(Protocol):
     """Descriptors of a group once, then the regression kernel between descriptor sets."""
 
-    def describe(self, group: MoleculeGroup) -> Any: ...
+    def describe(self, group: MoleculeGroup | InducingGroup) -> Any: ...
 
     def __call__(self, a: Any, b: Any | None = None) -> np.ndarray: ...
 
@@ -139,7 +171,7 @@ class MoleculeBlockKernel:
     between the descriptor subsets of its molecules, ``{"kernel": K[rows, cols]}``.
     ``key``: the cache key (content hash of the model, its settings and the molecules)."""
 
-    def __init__(self, kernel: MoleculeKernel, group: MoleculeGroup, key: str) -> None:
+    def __init__(self, kernel: MoleculeKernel, group: MoleculeGroup | InducingGroup, key: str) -> None:
         self.kernel = kernel
         self.descriptors = kernel.describe(group)
         self.n_molecules = len(group)

@@ -24,6 +24,9 @@ predictions):
    on the residual with λ by CV; MAE, RMSE, R² on the test set; the invariance error is
    the standard deviation of a molecule's predictions over its original and rotated
    copies, averaged over the invariance set, in target units.
+5. With a ``sparse`` section: the listed models again as sparse models on inducing atom
+   environments, at every training size (:mod:`molntk.pipelines.qm9_sparse`); the exact
+   models then stop at ``sparse.exact_up_to``.
 """
 
 from __future__ import annotations
@@ -416,18 +419,20 @@ class ShellKernels:
 
 
 def shell_kernels(kernel: MoleculeBlockKernel, sets: QM9Sets, engine: Engine, progress: Progress | None,
-                  label: str) -> ShellKernels:
+                  label: str, sizes: Sequence[int] | None = None) -> ShellKernels:
     """K(train, train) and K(test and rotated, train) from the block engine (module
-    docstring, step 3): blocks start at every training size and at the end of the test set
-    (so the test kernel's cost is measured apart from the rotated copies')."""
-    n, m = sets.n_train, sets.n_test
+    docstring, step 3) for the training ``sizes`` (default: all of the run's): blocks start
+    at every training size and at the end of the test set (so the test kernel's cost is
+    measured apart from the rotated copies')."""
+    sizes = sets.sizes if sizes is None else list(sizes)
+    n, m = sizes[-1], sets.n_test
     assembly = engine.assemble(
-        kernel, np.arange(n), n + np.arange(m + sets.n_rotated),
-        boundaries=sets.sizes, test_boundaries=[m], storage=label,
+        kernel, np.arange(n), sets.n_train + np.arange(m + sets.n_rotated),
+        boundaries=sizes, test_boundaries=[m], storage=label,
         progress=None if progress is None else (lambda done, total: progress(label, done, total)),
     )
     K_test = assembly.matrices["kernel_test"]
-    seconds = np.array([assembly.seconds_up_to(size, test_rows=m) for size in sets.sizes])
+    seconds = np.array([assembly.seconds_up_to(size, test_rows=m) for size in sizes])
     folder = None if engine.matrices_dir is None else engine.matrices_dir / label
     return ShellKernels(assembly.matrices["kernel_train"], K_test[:m], K_test[m:], seconds[:, 0], seconds[:, 1], folder)
 
@@ -507,6 +512,8 @@ def _run_models(config: QM9PropertyConfig, sets: QM9Sets, engine: Engine, progre
     _dressed_atom_records(sets, config.targets, records, predictions)
     from molntk.scale.molecular import molecule_fingerprint
 
+    exact_up_to = None if config.sparse is None else config.sparse.exact_up_to
+    exact_sizes = [n for n in sets.sizes if exact_up_to is None or n <= exact_up_to]
     n_select = config.learning_curve.n_select
     selection = MoleculeGroup(sets.train_molecules[:n_select], sets.molecules.dtype, sets.molecules.device)
     fingerprints = {"selection": molecule_fingerprint(selection.molecules), "run": molecule_fingerprint(sets.molecules.molecules)}
@@ -518,19 +525,34 @@ def _run_models(config: QM9PropertyConfig, sets: QM9Sets, engine: Engine, progre
             best, rows = select_candidate(candidates, selection, {**key, "molecules": fingerprints["selection"]}, y_sel, config, engine)
             search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
             chosen = candidates[best]
-            kernel = block_kernel(chosen, sets.molecules, {**key, "molecules": fingerprints["run"]})
-            shells = shell_kernels(kernel, sets, engine, progress, f"{name}-{reduce}")
-            kernel_seconds.append({"model": name, "reduce": reduce, "train": float(shells.train_seconds[-1]),
-                                   "test": float(shells.test_seconds[-1]), "storage": shells.storage})
-            for target in targets:
-                reg_relative = None  # of the largest size ≤ eigh_max, for the sizes above it
-                for k, n in enumerate(sets.sizes):
-                    large = n > config.regression.eigh_max
-                    record = _fit_and_evaluate(config, sets, shells, name, chosen, target, residual[target], k, n, predictions,
-                                               reg_relative if large else None)
-                    reg_relative = reg_relative if large else record["reg_relative"]
-                    records.append(record)
-            shells.release()
+            run_key = {**key, "molecules": fingerprints["run"]}
+            if exact_sizes:
+                kernel = block_kernel(chosen, sets.molecules, run_key)
+                shells = shell_kernels(kernel, sets, engine, progress, f"{name}-{reduce}", exact_sizes)
+                kernel_seconds.append({"model": name, "reduce": reduce, "train": float(shells.train_seconds[-1]),
+                                       "test": float(shells.test_seconds[-1]), "storage": shells.storage})
+                for target in targets:
+                    reg_relative = None  # of the largest size ≤ eigh_max, for the sizes above it
+                    for k, n in enumerate(exact_sizes):
+                        large = n > config.regression.eigh_max
+                        record = _fit_and_evaluate(config, sets, shells, name, chosen, target, residual[target], k, n,
+                                                   predictions, reg_relative if large else None)
+                        reg_relative = reg_relative if large else record["reg_relative"]
+                        records.append(record)
+                shells.release()
+                del kernel  # its descriptors (GBs at large N) before the sparse model makes its own
+            if config.sparse is not None and name.replace("-", "_") in config.sparse.models:
+                from molntk.pipelines.qm9_sparse import SUFFIX, sparse_kernels, sparse_records
+
+                label = f"{name}{SUFFIX}-{reduce}"
+                sparse = sparse_kernels(chosen, sets, config.sparse, engine, run_key, progress, label)
+                kernel_seconds.append({"model": name + SUFFIX, "reduce": reduce, "inducing": sparse.inducing_seconds,
+                                       "train": sparse.inducing_seconds + sparse.seconds_between(0, sets.n_train),
+                                       "test": sparse.seconds_between(sets.n_train, sets.n_train + sets.n_test),
+                                       "storage": "memory" if engine.matrices_dir is None else "disk"})
+                for target in targets:
+                    records += sparse_records(config, sets, sparse, name, chosen, target, residual[target], predictions)
+                sparse.release()
     return records, search, predictions, kernel_seconds
 
 

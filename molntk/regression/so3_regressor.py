@@ -11,17 +11,37 @@ element-resolved molecular NTK and NNGP of the SO(3) network ``layers``
 optionally subtracts the dressed-atom linear model (extensive energies), and fits
 :class:`~molntk.regression.KernelRegressor` (NTK mean at t = ∞, λ by cross-validation on
 the training data). ``predict(..., return_std=True)`` adds the NTK-GP standard deviation.
+
+Sparse mode (``inducing=m``): m inducing environments s_1 … s_m are chosen among the training
+molecules' environments (:func:`~molntk.features.inducing.inducing_environments`, ``"fps"`` or
+``"random"``; all of them when m exceeds their number), each treated as a molecule of its own, and
+
+    E(M) = E_dressed(M) + Σ_j w_j Θ(M, {s_j}),   Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(env_a, s),
+
+with w = W_S of :class:`~molntk.regression.sparse.SparseKernelRegressor`: kernel ridge on the
+Nyström kernel Θ̃ = K_nm K_mm⁺ K_mn (K_nm = Θ(train, S), K_mm = Θ(S, S); eigenvalues of K_mm
+below ``rank_rtol`` · s_max dropped), λ by closed-form LOO or GCV. Only n × m and m × m kernels
+are computed (never n × n), and ``predict`` needs Θ(test, S) only. With every training
+environment inducing, K_mm = K (the environment kernel) and K_nm = A K (A the atom-to-molecule
+sum), so Θ̃ = A K K⁺ K Aᵀ = A K Aᵀ = Θ for a PSD K, up to its eigenvalues ≤ rank_rtol · s_max
+(and the quadrature's negative ones): the exact model. No predictive variance.
 Works with ``cross_val_score``, ``GridSearchCV`` and ``clone`` (inputs: lists of
 :class:`~molntk.data.molecule.Molecule` or ``ase.Atoms``).
 
 Model files (``save``/``load``) are one ``.npz`` archive of plain arrays read with
 ``allow_pickle=False`` (no code is ever unpickled): the format name and version, the
-estimator's parameters as JSON, the training molecules, and the fitted regression state.
+estimator's parameters as JSON, the training molecules, and the fitted regression state
+(``regressor_*`` arrays). Sparse models (version 1 still; absent arrays mean an exact model)
+add ``inducing_rows`` (int64, rows of the inducing environments in the training molecules'
+environment features, which ``load`` recomputes) and store the sparse regressor's state
+(``regressor_solver = "sparse"``, W_S, target scaling, λ, rank). Files without the newer
+parameters (``sampling``, ``inducing``, …) load with the values they were fitted with.
 """
 
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +56,7 @@ from molntk.errors import InputError
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.estimator import KernelRegressor
 from molntk.regression.selection import relative_grid_from
+from molntk.regression.sparse import SPARSE_CRITERIA, SparseKernelRegressor
 from molntk.utils.files import atomic_path
 
 #: Radial basis of ``radial=None``: the main QM9 job's (8 Gaussians on [0.5, 3] Å, chosen by
@@ -75,7 +96,20 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     dressed-atom model); ``reg`` ("cv" or λ ≥ 0), ``cv``, ``psd_rtol`` (regression: the
     accuracy of the fast-mode quadrature, 3e-8 suits erf networks on the default grid,
     whose kernels are accurate to ≈ 5e-11);
-    ``dtype``, ``device``, ``block_size`` (computation).
+    ``dtype``, ``device``, ``block_size`` (computation);
+    ``inducing`` (None: the exact model; an int m ≥ 1: the sparse model on m inducing
+    environments, module docstring), ``inducing_selection`` ("fps" or "random"),
+    ``inducing_seed`` (of "random"), ``rank_rtol`` (sparse: K_mm eigenvalues ≤ rank_rtol · s_max
+    are dropped; 1e-10 stays above the ≈ 5e-11 quadrature error of the default grid; measured
+    on QM9 it loses nothing against 1e-12, while 3e-8 cut the rank and raised the error).
+    ``reg`` as a number is the absolute λ in both modes; ``cv`` must be "loo" or "gcv" in
+    sparse mode.
+
+    Fitted attributes: ``regressor_`` (:class:`~molntk.regression.KernelRegressor`, or
+    :class:`~molntk.regression.sparse.SparseKernelRegressor` in sparse mode, whose ``info``
+    has ``n_inducing`` and ``rank``), ``dressed_atom_``, ``train_molecules_``; sparse mode
+    also ``inducing_rows_`` (int64) and ``inducing_`` (the inducing environments, an
+    :class:`~molntk.features.environments.EnvironmentBatch` of one-environment molecules).
     """
 
     def __init__(
@@ -99,6 +133,10 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         dtype: str = "float64",
         device: str = "cpu",
         block_size: int = 512,
+        inducing: int | None = None,
+        inducing_selection: str = "fps",
+        inducing_seed: int = 0,
+        rank_rtol: float = 1e-10,
     ) -> None:
         self.layers = layers
         self.sigma_w = sigma_w
@@ -119,6 +157,10 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         self.dtype = dtype
         self.device = device
         self.block_size = block_size
+        self.inducing = inducing
+        self.inducing_selection = inducing_selection
+        self.inducing_seed = inducing_seed
+        self.rank_rtol = rank_rtol
 
     # -- pieces built from the parameters ------------------------------------------------
 
@@ -151,6 +193,36 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         grid = relative_grid_from(self.psd_rtol) if self.mode == "fast" else None
         return KernelRegressor("ntk", reg=self.reg, cv=self.cv, psd_rtol=self.psd_rtol, relative_grid=grid)
 
+    def _check_sparse(self) -> int | None:
+        """The validated number of inducing environments (None: exact model)."""
+        from molntk.features.inducing import SELECTIONS
+
+        if self.inducing is None:
+            return None
+        if isinstance(self.inducing, bool) or not isinstance(self.inducing, numbers.Integral) or self.inducing < 1:
+            raise InputError("inducing", f"must be None or a whole number ≥ 1, got {self.inducing!r}")
+        if self.inducing_selection not in SELECTIONS:
+            raise InputError("inducing_selection", f"must be one of {SELECTIONS}, got {self.inducing_selection!r}")
+        if isinstance(self.inducing_seed, bool) or not isinstance(self.inducing_seed, numbers.Integral):
+            raise InputError("inducing_seed", f"must be an integer, got {self.inducing_seed!r}")
+        if self.cv not in SPARSE_CRITERIA:
+            raise InputError("cv", f"must be one of {SPARSE_CRITERIA} for a sparse model (inducing={self.inducing}), got {self.cv!r}")
+        if self.pairing == "atom-index":
+            raise InputError("pairing", "'atom-index' has no single-environment kernel; a sparse model needs 'element' or 'shared'")
+        return int(self.inducing)
+
+    def _sparse_regressor(self) -> SparseKernelRegressor:
+        """Nyström kernel ridge with the exact path's λ grid (fast mode: down to psd_rtol)."""
+        grid = relative_grid_from(self.psd_rtol) if self.mode == "fast" else None
+        return SparseKernelRegressor(reg=self.reg, cv=self.cv, relative_grid=grid, rank_rtol=self.rank_rtol)
+
+    def _set_inducing(self, train_feats, rows: Any) -> None:
+        """``inducing_rows_`` and ``inducing_``: environments ``rows`` of the training features."""
+        from molntk.features.inducing import environments_as_molecules
+
+        self.inducing_rows_ = np.asarray(torch.as_tensor(rows).cpu(), dtype=np.int64)
+        self.inducing_ = environments_as_molecules(train_feats, torch.from_numpy(self.inducing_rows_))
+
     # -- scikit-learn interface ----------------------------------------------------------
 
     def fit(self, X: Any, y: Any) -> SO3NTKRegressor:
@@ -161,27 +233,47 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             raise InputError("y", f"has {y.shape[0]} rows for {len(molecules)} molecules")
         for m in molecules:
             m.check_elements(self.elements)
+        n_inducing = self._check_sparse()
+        sparse = None if n_inducing is None else self._sparse_regressor()  # validates reg, cv, rank_rtol first
         kern = self.molecular_kernel()
-        k = kern(self._features(molecules))
-        ntk, nngp = (t.detach().cpu().double().numpy() for t in (k.ntk, k.nngp))
+        feats = self._features(molecules)
         self.dressed_atom_ = DressedAtomModel().fit(element_counts(molecules, self.elements), y) if self.residual else None
         base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.residual else 0.0
-        self.regressor_ = self._regressor().fit(ntk, y - base, K_nngp_train=nngp)
+        if sparse is None:
+            k = kern(feats)
+            ntk, nngp = (t.detach().cpu().double().numpy() for t in (k.ntk, k.nngp))
+            self.regressor_ = self._regressor().fit(ntk, y - base, K_nngp_train=nngp)
+            for name in ("inducing_", "inducing_rows_"):  # a refit in exact mode
+                self.__dict__.pop(name, None)
+        else:
+            from molntk.features.inducing import inducing_environments
+
+            rows = inducing_environments(feats, n_inducing, method=self.inducing_selection, seed=int(self.inducing_seed))
+            self._set_inducing(feats, rows)
+            K_mm = kern(self.inducing_).ntk.detach().cpu().double().numpy()
+            K_nm = kern(feats, self.inducing_).ntk.detach().cpu().double().numpy()
+            self.regressor_ = sparse.fit(K_nm, K_mm, y - base)
         self.train_molecules_ = molecules
         self.n_features_in_ = 1
         return self
 
     def predict(self, X: Any, return_std: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        """Predictions for molecules X; with ``return_std`` also the NTK-GP standard deviation."""
+        """Predictions for molecules X; with ``return_std`` also the NTK-GP standard deviation
+        (exact mode only). Sparse mode computes only Θ(X, inducing_)."""
         if not hasattr(self, "regressor_"):
             raise InputError("SO3NTKRegressor", "predict called before fit")
+        sparse = isinstance(self.regressor_, SparseKernelRegressor)
+        if sparse and return_std:
+            raise InputError("return_std", "a sparse model (inducing is set) has no NTK-GP variance; use inducing=None")
         molecules = as_molecules(X)
         for m in molecules:
             m.check_elements(self.elements)
         kern = self.molecular_kernel()
         test = self._features(molecules)
-        cross = kern(test, self._features(self.train_molecules_))
         base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.dressed_atom_ is not None else 0.0
+        if sparse:
+            return base + self.regressor_.predict(kern(test, self.inducing_).ntk.detach().cpu().double().numpy())
+        cross = kern(test, self._features(self.train_molecules_))
         ntk, nngp = (t.detach().cpu().double().numpy() for t in (cross.ntk, cross.nngp))
         if not return_std:
             return base + self.regressor_.predict(ntk)
@@ -199,6 +291,8 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         meta = {"format": FORMAT, "version": FORMAT_VERSION, "molntk": __version__, "params": self.get_params(),
                 "ids": [m.id for m in mols]}
         arrays = {f"regressor_{k}": v for k, v in self.regressor_.fitted_arrays().items()}
+        if isinstance(self.regressor_, SparseKernelRegressor):
+            arrays["inducing_rows"] = np.asarray(self.inducing_rows_, dtype=np.int64)
         if self.dressed_atom_ is not None:
             arrays["dressed_atom_coef"] = np.asarray(self.dressed_atom_.coef_)
             arrays["dressed_atom_intercept"] = np.asarray(self.dressed_atom_.intercept_)
@@ -240,7 +334,22 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             model.dressed_atom_.coef_ = arrays["dressed_atom_coef"]
             model.dressed_atom_.intercept_ = arrays["dressed_atom_intercept"]
         state = {k.removeprefix("regressor_"): v for k, v in arrays.items() if k.startswith("regressor_")}
-        model.regressor_ = model._regressor().load_fitted_arrays(state)
+        sparse = str(state.get("solver", "")) == "sparse"
+        if sparse != (model.inducing is not None) or sparse != ("inducing_rows" in arrays):
+            raise InputError(str(path), f"inconsistent model file: inducing={model.inducing!r} but "
+                             f"{'a sparse' if sparse else 'an exact'} regression state")
+        if not sparse:
+            model.regressor_ = model._regressor().load_fitted_arrays(state)
+        else:
+            model._check_sparse()
+            feats = model._features(model.train_molecules_)  # deterministic: the rows index them as at fit
+            rows = arrays["inducing_rows"]
+            if rows.ndim != 1 or rows.size == 0 or rows.min() < 0 or rows.max() >= feats.n_env:
+                raise InputError(str(path), f"inducing_rows do not index the {feats.n_env} training environments")
+            model._set_inducing(feats, rows)
+            model.regressor_ = model._sparse_regressor().load_fitted_arrays(state)
+            if model.regressor_.info["n_inducing"] != rows.size:
+                raise InputError(str(path), f"{rows.size} inducing rows for {model.regressor_.info['n_inducing']} inducing weights")
         model.n_features_in_ = 1
         return model
 

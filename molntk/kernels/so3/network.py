@@ -37,6 +37,17 @@ Layer = Lift | GroupConv | Dense | Nonlinearity | Pool
 #: configurations (one thread): per-pair cost flat for 2¹⁶–2²⁰, while whole 256 × 256 × 109
 #: blocks (2²³) cost 5× more per pair (README "SO(3) kernel speed").
 TILE_ELEMENTS = 2**19
+#: The same on CUDA: 2²³ values (64 MiB per temporary), so that a tile's dozen kernel
+#: launches and its Python work are amortised over ~20,000 environment pairs instead of
+#: ~1,400 (on the H100 the CPU-sized tiles left the device mostly idle; README "Scale").
+#: Set from that reasoning, not yet measured: ``benchmarks/so3_kernel.py --device cuda``.
+TILE_ELEMENTS_CUDA = 2**23
+
+
+def tile_elements(device: torch.device | str) -> int:
+    """Group values per tile on ``device``: :data:`TILE_ELEMENTS_CUDA` on CUDA, else
+    :data:`TILE_ELEMENTS`."""
+    return TILE_ELEMENTS_CUDA if torch.device(device).type == "cuda" else TILE_ELEMENTS
 
 
 @dataclass(frozen=True)
@@ -88,11 +99,11 @@ class SO3Network:
         """Self-kernels of each input (n, C, L²) along the network, computed once per input:
         entry s is the variance ψ^{ff}(e), shape (n,), at the input of step s of
         :meth:`steps`; the last entry is the output self-kernel K(f, f). Evaluated in chunks
-        of at most :data:`TILE_ELEMENTS` group values."""
+        of at most :func:`tile_elements` group values."""
         x = x.to(dtype=ctx.dtype, device=ctx.device)
         steps, lift = self.steps(ctx), self.layers[0]
         chunks = []
-        for part in x.split(max(1, TILE_ELEMENTS // ctx.support_size)):
+        for part in x.split(max(1, tile_elements(ctx.device) // ctx.support_size)):
             psi, on_group, trace = lift.self_kernel(part, ctx), True, []
             for rule, pools in steps:
                 trace.append(variance(psi, on_group))
@@ -114,8 +125,8 @@ class SO3Network:
     ) -> tuple[Tensor, Tensor | None]:
         """NNGP and NTK (n1, n2) between x1 and x2 given their :meth:`self_kernels`.
 
-        Pairs are evaluated in square tiles of at most :data:`TILE_ELEMENTS` group values
-        (cache-sized; memory does not grow with n1·n2 beyond the output). ``symmetric``
+        Pairs are evaluated in square tiles of at most :func:`tile_elements` group values
+        (cache-sized on CPU; memory does not grow with n1·n2 beyond the output). ``symmetric``
         (x2 is x1, same self-kernels): on a mirrored ``ctx`` (:attr:`Discretisation.symmetric`)
         only tiles on or above the diagonal are computed, and the upper triangle is mirrored.
         """
@@ -125,7 +136,7 @@ class SO3Network:
         nngp = x1.new_empty(n1, n2)
         theta = torch.empty_like(nngp) if ntk else None
         steps = self.steps(ctx)
-        side = max(1, math.isqrt(TILE_ELEMENTS // ctx.support_size))
+        side = max(1, math.isqrt(tile_elements(ctx.device) // ctx.support_size))
         mirror = symmetric and ctx.symmetric
         for i in range(0, n1, side):
             rows = slice(i, i + side)

@@ -1,0 +1,142 @@
+"""Inducing environments of sparse (Nyström) molecular kernels.
+
+A molecular kernel is a sum of environment kernels, Θ(M, M') = Σ_{a∈M} Σ_{b∈M'} [Z_a = Z_b]
+k(env_a, env_b) (:mod:`molntk.kernels.molecular`). A sparse model expands the energy in m
+inducing environments s_1 … s_m instead of in the training molecules,
+
+    E(M) = Σ_j w_j Θ(M, {s_j}),   Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(env_a, s),
+
+so it needs only Θ between molecules and single environments (n × m instead of n × n
+molecule pairs) and among the inducing environments (m × m); with all training
+environments as inducing set it is exact kernel ridge on Θ
+(:mod:`molntk.regression.sparse`). Treating each inducing environment as a molecule of
+its own (:func:`environments_as_molecules`) makes those kernels ordinary molecular
+kernels, computed by the same code, blocks, cache and devices.
+
+Choice of the m environments (:func:`inducing_environments`), from the environments of
+the first ``pool`` molecules (the training molecules), per centre element e:
+
+- m_e ∝ n_e (the element's share of the pool; largest remainders, at least one per
+  element present when m allows, at most n_e);
+- ``"fps"``: farthest-point sampling in the rotation-invariant per-channel amplitudes
+  a_{c,l}(x) = (Σ_m f̂^l_{c,m}(x)²)^{1/2} (C · L numbers per environment): first the
+  environment of largest ‖a‖, then repeatedly the one farthest (Euclidean) from all
+  chosen so far, so rare environments are covered;
+- ``"random"``: a seeded uniform sample without replacement.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from molntk.errors import InputError
+from molntk.features.environments import EnvironmentBatch, molecule_rows
+
+SELECTIONS = ("fps", "random")
+
+
+def allocate(counts: dict[int, int], m: int) -> dict[int, int]:
+    """m_e for each element: m · n_e / Σn by largest remainders, ≥ 1 per element when
+    m ≥ number of elements, ≤ n_e; Σ m_e = min(m, Σ n_e)."""
+    total = sum(counts.values())
+    m = min(m, total)
+    share = {e: m * n / total for e, n in counts.items()}
+    out = {e: min(counts[e], math.floor(s)) for e, s in share.items()}
+    if m >= len(counts):
+        out = {e: max(1, k) for e, k in out.items()}
+    order = sorted(counts, key=lambda e: (-(share[e] - math.floor(share[e])), e))
+    while sum(out.values()) > m:  # raising every element to one overshot m: take from the largest
+        biggest = max(out, key=lambda e: (out[e], -e))
+        out[biggest] -= 1
+    while sum(out.values()) < m:
+        for e in order:
+            if sum(out.values()) < m and out[e] < counts[e]:
+                out[e] += 1
+        order = [e for e in order if out[e] < counts[e]]
+    return out
+
+
+def channel_amplitudes(coeffs: Tensor, band_limit: int) -> Tensor:
+    """a_{c,l} = ‖f̂^l_c‖ of environments (n, C, L²) → (n, C · L), rotation invariant."""
+    parts = [coeffs[..., l * l : (l + 1) * (l + 1)].pow(2).sum(-1).sqrt() for l in range(band_limit)]
+    return torch.stack(parts, dim=-1).flatten(1)
+
+
+def farthest_points(points: Tensor, k: int) -> Tensor:
+    """Indices of k rows of ``points`` (n, d) by farthest-point sampling from the row of
+    largest norm (ties: lowest index), in the order chosen; squared distances to each new
+    pick y as ‖x‖² − 2 x·y + ‖y‖² (one matrix-vector product), never below 0."""
+    chosen = torch.empty(k, dtype=torch.long)
+    norms = points.pow(2).sum(1)
+    pick = int(torch.argmax(norms))
+    distance = torch.full_like(norms, math.inf)
+    for i in range(k):
+        chosen[i] = pick
+        distance = torch.minimum(distance, (norms - 2 * (points @ points[pick]) + norms[pick]).clamp_min_(0))
+        distance[pick] = -1.0  # never again (min keeps it), even among duplicates at distance 0
+        pick = int(torch.argmax(distance))
+    return chosen
+
+
+def inducing_environments(
+    feats: EnvironmentBatch, m: int, *, method: str = "fps", seed: int = 0, pool: int | None = None
+) -> Tensor:
+    """Rows (ascending, into ``feats``) of m inducing environments from the environments of
+    the first ``pool`` molecules (all: None); see the module docstring."""
+    if method not in SELECTIONS:
+        raise InputError("selection", f"must be one of {SELECTIONS}, got {method!r}")
+    if not isinstance(m, int) or m < 1:
+        raise InputError("environments", f"must be a whole number ≥ 1, got {m!r}")
+    pool = feats.n_molecules if pool is None else pool
+    if not 1 <= pool <= feats.n_molecules:
+        raise InputError("pool", f"must be between 1 and the {feats.n_molecules} molecules of the batch, got {pool}")
+    candidates = molecule_rows(feats.molecule_index, feats.n_molecules, np.arange(pool))[0].cpu()
+    numbers = feats.centre_numbers.cpu()[candidates]
+    elements = sorted(int(e) for e in torch.unique(numbers))
+    by_element = {e: candidates[numbers == e] for e in elements}
+    quota = allocate({e: len(rows) for e, rows in by_element.items()}, m)
+    rng = np.random.default_rng(seed)
+    picked = []
+    for e in elements:
+        rows, k = by_element[e], quota[e]
+        if k == 0:
+            continue
+        if method == "random":
+            picked.append(rows[torch.from_numpy(rng.choice(len(rows), size=k, replace=False))])
+        else:
+            amplitudes = channel_amplitudes(feats.coeffs[rows.to(feats.coeffs.device)].to(torch.float64), feats.config.band_limit)
+            picked.append(rows[farthest_points(amplitudes, k)])
+    return torch.sort(torch.cat(picked)).values
+
+
+def environments_as_molecules(feats: EnvironmentBatch, rows: Tensor) -> EnvironmentBatch:
+    """Environments ``rows`` of ``feats``, each a molecule of its own (molecule j = row j)."""
+    rows = torch.as_tensor(rows, dtype=torch.long, device=feats.coeffs.device)
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= feats.n_env):
+        raise InputError("rows", f"must index the {feats.n_env} environments of the batch")
+    return EnvironmentBatch(
+        coeffs=feats.coeffs[rows],
+        centre_numbers=feats.centre_numbers[rows],
+        molecule_index=torch.arange(rows.numel(), device=rows.device),
+        atom_index=torch.zeros_like(rows),
+        n_molecules=int(rows.numel()),
+        config=feats.config,
+    )
+
+
+def concatenate(first: EnvironmentBatch, second: EnvironmentBatch) -> EnvironmentBatch:
+    """The molecules of ``first`` followed by those of ``second`` (same feature config)."""
+    if first.config != second.config:
+        raise InputError("second", "has environments of another feature config than the first batch")
+    return EnvironmentBatch(
+        coeffs=torch.cat([first.coeffs, second.coeffs]),
+        centre_numbers=torch.cat([first.centre_numbers, second.centre_numbers]),
+        molecule_index=torch.cat([first.molecule_index, second.molecule_index + first.n_molecules]),
+        atom_index=torch.cat([first.atom_index, second.atom_index]),
+        n_molecules=first.n_molecules + second.n_molecules,
+        config=first.config,
+    )

@@ -1,0 +1,142 @@
+"""Sparse (inducing-environment) models of ``task: qm9-property`` (config section ``sparse``).
+
+For a model listed in ``sparse.models``, with the candidate chosen for its exact version:
+
+1. m inducing environments are chosen among the environments of the largest training set
+   (:func:`~molntk.features.inducing.inducing_environments`; fixed for every training
+   size, so one kernel serves the whole learning curve);
+2. the block engine computes Θ(inducing, inducing) (m × m, symmetric blocks) and
+   Θ(molecule, inducing) for every molecule of the run (training, test, rotated copies;
+   n × m), each inducing environment being a molecule of its own
+   (:class:`~molntk.pipelines.molecule_kernels.InducingGroup`): blocks, cache, resume,
+   GPUs and Dask as for the exact kernels;
+3. per target and training size n: the dressed-atom residual, then
+   :class:`~molntk.regression.sparse.SparseKernelRegressor` on the first n rows, λ by
+   closed-form LOO (GCV when ``regression.cv: gcv``) over the same relative grid as the
+   exact model (floored at ``psd_rtol`` for quadrature kernels); K_mm eigenvalues below
+   ``sparse.rank_rtol`` · s_max are dropped.
+
+``fit_seconds`` = the compute seconds of Θ(inducing, inducing) and of the training rows'
+blocks + the fit; ``predict_seconds`` = the test rows' blocks + the product.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from molntk.config import QM9PropertyConfig, SparseConfig
+from molntk.features.inducing import inducing_environments
+from molntk.pipelines.molecule_kernels import InducingGroup
+from molntk.pipelines.qm9 import Candidate, Engine, Progress, QM9Sets, _record, block_kernel, dressed_atom, invariance_error
+from molntk.scale.blocks import TEST, TRAIN
+
+#: Suffix of a sparse model's name in the report.
+SUFFIX = "-sparse"
+
+
+@dataclass
+class SparseKernels:
+    """Θ among the m inducing environments, Θ(molecule, inducing) for every molecule of the
+    run (rows in the order of ``QM9Sets.molecules``), and compute seconds: of the inducing
+    block, and of the row blocks that start below each row position (``row_seconds[i]``:
+    the blocks of rows < ``row_ends[i]``)."""
+
+    inducing: np.ndarray
+    rows: np.ndarray
+    inducing_seconds: float
+    row_ends: np.ndarray
+    row_seconds: np.ndarray
+    folder: Path | None = None
+
+    def release(self) -> None:
+        """Drop the matrices; out-of-core ones are deleted from disk (scratch, as
+        :meth:`~molntk.pipelines.qm9.ShellKernels.release`)."""
+        self.inducing = self.rows = np.zeros((0, 0))
+        if self.folder is not None:
+            shutil.rmtree(self.folder)
+
+    def seconds_between(self, start: int, stop: int) -> float:
+        """Compute seconds of the row blocks within rows start … stop (block boundaries)."""
+        inside = (self.row_ends > start) & (self.row_ends <= stop)
+        return float(self.row_seconds[inside].sum())
+
+
+def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, engine: Engine, key: dict[str, Any],
+                   progress: Progress | None, label: str) -> SparseKernels:
+    """Steps 1–2 of the module docstring for the chosen ``candidate``."""
+    feats = sets.molecules.environments(candidate.kernel.features)
+    rows = inducing_environments(feats, sparse.environments, method=sparse.selection, seed=sparse.seed, pool=sets.n_train)
+    group = InducingGroup(sets.molecules, rows)
+    inducing_key = {**key, "inducing": {"environments": sparse.environments, "selection": sparse.selection, "seed": sparse.seed}}
+    kernel = block_kernel(candidate, group, inducing_key)
+    m, n_train, n_test = len(rows), sets.n_train, sets.n_test
+    assembly = engine.assemble(
+        kernel, np.arange(m), m + np.arange(len(sets.molecules)),
+        test_boundaries=[*sets.sizes, n_train + n_test], storage=label,
+        progress=None if progress is None else (lambda done, total: progress(label, done, total)),
+    )
+    seconds = assembly.seconds
+    inducing_seconds = float(sum(s for b, s in zip(assembly.blocks, seconds) if b.matrix == TRAIN))
+    row_blocks = [(b.row_slice.stop, s) for b, s in zip(assembly.blocks, seconds) if b.matrix == TEST]
+    return SparseKernels(
+        inducing=assembly.matrices["kernel_train"],
+        rows=assembly.matrices["kernel_test"],
+        inducing_seconds=inducing_seconds,
+        row_ends=np.array([end for end, _ in row_blocks]),
+        row_seconds=np.array([s for _, s in row_blocks]),
+        folder=None if engine.matrices_dir is None else engine.matrices_dir / label,
+    )
+
+
+def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, quadrature: bool) -> Any:
+    """Step 3's regressor: λ by LOO (or GCV) over the relative grid, floored for quadratures;
+    K_mm's pseudo-inverse cut at ``sparse.rank_rtol``."""
+    from molntk.regression.selection import relative_grid_from
+    from molntk.regression.sparse import SparseKernelRegressor
+
+    reg = config.regression
+    grid = relative_grid_from(reg.psd_rtol) if quadrature else None
+    cv = "gcv" if reg.cv == "gcv" else "loo"
+    return SparseKernelRegressor(reg="cv", cv=cv, relative_grid=grid, rank_rtol=config.sparse.rank_rtol).fit(K_nm, K_mm, y)
+
+
+def sparse_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: SparseKernels, name: str, chosen: Candidate,
+                   target: str, residual: bool, predictions: dict) -> list[dict[str, Any]]:
+    """Records of the sparse model for ``target`` at every training size (step 3)."""
+    sparse = config.sparse
+    n_train, n_test = sets.n_train, sets.n_test
+    K_test = kernels.rows[n_train : n_train + n_test]
+    K_rot = kernels.rows[n_train + n_test :]
+    m = kernels.inducing.shape[0]
+    label = f"{chosen.label}; {m} inducing environments ({sparse.selection})"
+    records = []
+    for n in sets.sizes:
+        start = time.perf_counter()
+        y = sets.train_targets[target][:n]
+        if residual:
+            base_train, base_test, base_rot = dressed_atom(sets.train_molecules[:n], y, sets.test_molecules, sets.rotated_molecules)
+        else:
+            base_train, base_test, base_rot = np.zeros(n), np.zeros(n_test), np.zeros(sets.n_rotated)
+        model = fit_sparse(kernels.rows[:n], kernels.inducing, y - base_train, config, chosen.quadrature)
+        fit_seconds = kernels.inducing_seconds + kernels.seconds_between(0, n) + time.perf_counter() - start
+        start = time.perf_counter()
+        pred = base_test + model.predict(K_test)
+        predict_seconds = kernels.seconds_between(n_train, n_train + n_test) + time.perf_counter() - start
+        pred_rot = base_rot + model.predict(K_rot) if sets.n_rotated else np.zeros(0)
+        if n == sets.sizes[-1]:
+            predictions.setdefault(target, {})[name + SUFFIX] = pred.tolist()
+        records.append(_record(
+            name + SUFFIX, target, n, sets.units[target], sets.test_targets[target], pred,
+            fit_seconds=fit_seconds, predict_seconds=predict_seconds,
+            invariance_error=invariance_error(pred, pred_rot, sets.n_rotations),
+            hyperparameters=label, reg_relative=model.info["reg_relative"], solver="sparse",
+            condition_number=model.info["condition_number"], eigenvalues_clipped=model.info["eigenvalues_clipped"],
+            n_inducing=m,
+        ))
+    return records

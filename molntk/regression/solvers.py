@@ -217,22 +217,17 @@ def pcg_solve(
 
 def nystrom_solve(K_nm: Any, K_mm: Any, Y: Any, reg: float, *, inducing: np.ndarray | None = None, rtol: float = 1e-12) -> Solution:
     """(K̃ + λI)⁻¹ Y for the Nyström approximation through ``K_nm`` (n, m) and ``K_mm`` (m, m)
-    (module docstring); ``inducing``: the inducing points' indices, recorded in the result."""
+    (module docstring; factors from :func:`~molntk.regression.sparse.nystrom_factors`);
+    ``inducing``: the inducing points' indices, recorded in the result."""
+    from molntk.regression.sparse import nystrom_factors
+
     start = time.perf_counter()
-    K_nm = matrix(K_nm, "K_nm")
-    K_mm = matrix(K_mm, "K_mm", rows=K_nm.shape[1], cols=K_nm.shape[1])
-    Y_arr, vector = targets(Y, "Y", rows=K_nm.shape[0])
+    nys = nystrom_factors(K_nm, K_mm, positive(rtol, "rtol"))
+    Y_arr, vector = targets(Y, "Y", rows=nys.Q.shape[0])
     reg = positive(reg, "reg")
-    s, U = np.linalg.eigh((K_mm + K_mm.T) / 2)
-    keep = s > rtol * max(float(s[-1]), 0.0)
-    if not keep.any():
-        raise InputError("K_mm", "has no positive eigenvalue: the inducing points carry no kernel")
-    root = U[:, keep] / np.sqrt(s[keep])  # U diag(s^{-1/2}), (m, r)
-    B = K_nm @ root
-    Q, sigma, _ = np.linalg.svd(B, full_matrices=False)
-    QtY = Q.T @ Y_arr
-    X = Q @ (QtY / (sigma[:, None] ** 2 + reg)) + (Y_arr - Q @ QtY) / reg
-    weights = root @ (B.T @ X)
+    QtY = nys.Q.T @ Y_arr
+    X = nys.Q @ (QtY / (nys.sigma[:, None] ** 2 + reg)) + (Y_arr - nys.Q @ QtY) / reg
+    weights = nys.root @ (nys.Wt.T @ (nys.sigma[:, None] * (nys.Q.T @ X)))  # root Bᵀ X, B = Q diag(σ) Wᵀ
     return Solution(restore(X, vector), "nystrom", time.perf_counter() - start, inducing=inducing, inducing_weights=restore(weights, vector))
 
 

@@ -55,7 +55,7 @@ RANK_RTOL = 1e-12
 
 
 @dataclass(frozen=True, eq=False)
-class _Nystrom:
+class NystromFactors:
     """root = U_r diag(s_r^{-1/2}) (m, r), the thin SVD B = Q diag(σ) Wᵀ of B = K_nm root (``Wt``
     is Wᵀ), the number of K_mm eigenvalues dropped and its smallest raw eigenvalue."""
 
@@ -87,8 +87,9 @@ class _Nystrom:
         return self.root @ (self.Wt.T @ ((self.sigma / (self.sigma**2 + reg))[:, None] * coeffs))
 
 
-def _nystrom(K_nm: object, K_mm: object, rank_rtol: float) -> _Nystrom:
-    """Validate K_nm, K_mm and factor them (module docstring); K_nm is only read."""
+def nystrom_factors(K_nm: object, K_mm: object, rank_rtol: float) -> NystromFactors:
+    """Validate K_nm, K_mm and factor them (module docstring; also the factors of
+    :func:`~molntk.regression.solvers.nystrom_solve`); K_nm is only read."""
     K_mm = _inputs.symmetric_kernel(K_mm, "K_mm")
     m = K_mm.shape[0]
     K_nm = _inputs.matrix(K_nm, "K_nm")
@@ -102,7 +103,7 @@ def _nystrom(K_nm: object, K_mm: object, rank_rtol: float) -> _Nystrom:
     keep = s > rank_rtol * float(s[-1])
     root = U[:, keep] / np.sqrt(s[keep])
     Q, sigma, Wt = np.linalg.svd(K_nm @ root, full_matrices=False)
-    return _Nystrom(root, Q, sigma, Wt, n_dropped=int(m - keep.sum()), min_raw=float(s[0]))
+    return NystromFactors(root, Q, sigma, Wt, n_dropped=int(m - keep.sum()), min_raw=float(s[0]))
 
 
 def sparse_loo_residuals(
@@ -110,7 +111,7 @@ def sparse_loo_residuals(
 ) -> np.ndarray:
     """Exact leave-one-out residuals y_i − ŷ_{-i}(x_i) of kernel ridge on K̃ with λ > 0, in the
     units of ``Y`` (no standardisation) and shaped like it."""
-    nys = _nystrom(K_nm, K_mm, _inputs.positive(rank_rtol, "rank_rtol"))
+    nys = nystrom_factors(K_nm, K_mm, _inputs.positive(rank_rtol, "rank_rtol"))
     Y2, was_1d = _inputs.targets(Y, "Y", rows=nys.Q.shape[0])
     residual, complement = nys.residuals(Y2, nys.Q.T @ Y2, _inputs.positive(reg, "reg"))
     return _inputs.restore(residual / complement[:, None], was_1d)
@@ -155,7 +156,7 @@ class SparseKernelRegressor:
     def fit(self, K_nm: object, K_mm: object, Y: object) -> SparseKernelRegressor:
         """Fit on K_nm (n, m), K_mm (m, m) and targets Y ((n,) or (n, k))."""
         start = time.perf_counter()
-        nys = _nystrom(K_nm, K_mm, self.rank_rtol)
+        nys = nystrom_factors(K_nm, K_mm, self.rank_rtol)
         n, r = nys.Q.shape
         Y2, was_1d = _inputs.targets(Y, "Y", rows=n)
         scaler = TargetScaler.fit(Y2, enabled=self.standardize)
@@ -196,7 +197,7 @@ class SparseKernelRegressor:
         }
         return self
 
-    def _select(self, nys: _Nystrom, Z: np.ndarray, coeffs: np.ndarray) -> CVResult:
+    def _select(self, nys: NystromFactors, Z: np.ndarray, coeffs: np.ndarray) -> CVResult:
         """Score every λ of the grid by ``cv`` (non-finite scores count as inf)."""
         if nys.mean_diag <= 0:
             raise InputError("K_nm", "K̃ = K_nm K_mm⁺ K_mn has a zero diagonal; cannot scale the λ grid")

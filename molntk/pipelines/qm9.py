@@ -584,25 +584,40 @@ def _fit_and_evaluate(config: QM9PropertyConfig, sets: QM9Sets, kernels: ShellKe
                       reg_relative: float | None = None) -> dict[str, Any]:
     """Fit the kernel model of training size n (k-th size) for ``target`` and evaluate it
     (``reg_relative``: see :func:`fit_kernel_ridge`)."""
-    train = sets.train_molecules[:n]
+    return evaluate_model(
+        sets, name, target, residual, n, predictions,
+        fit=lambda z: fit_kernel_ridge(kernels.train[:n, :n], z, config, chosen.quadrature, reg_relative),
+        test_kernel=kernels.test[:, :n], rotated_kernel=kernels.rotated[:, :n],
+        kernel_seconds=(float(kernels.train_seconds[k]), float(kernels.test_seconds[k])), hyperparameters=chosen.label,
+    )
+
+
+def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int, predictions: dict, *,
+                   fit: Callable[[np.ndarray], Any], test_kernel: np.ndarray, rotated_kernel: np.ndarray,
+                   kernel_seconds: tuple[float, float], hyperparameters: str, **extra: Any) -> dict[str, Any]:
+    """The record of one kernel model at training size n: the dressed-atom model (when
+    ``residual``), ``fit`` on the residual targets of the first n training molecules (a
+    fitted regressor with ``predict`` and ``info``), predictions from its kernels against
+    the test set and the rotated copies; ``kernel_seconds`` (training, test) are added to
+    the measured fit and predict times; ``extra`` goes into the record."""
     y = sets.train_targets[target][:n]
     start = time.perf_counter()
     if residual:
-        base_train, base_test, base_rot = dressed_atom(train, y, sets.test_molecules, sets.rotated_molecules)
+        base_train, base_test, base_rot = dressed_atom(sets.train_molecules[:n], y, sets.test_molecules, sets.rotated_molecules)
     else:
         base_train, base_test, base_rot = np.zeros(n), np.zeros(sets.n_test), np.zeros(sets.n_rotated)
-    model = fit_kernel_ridge(kernels.train[:n, :n], y - base_train, config, chosen.quadrature, reg_relative)
-    fit_seconds = float(kernels.train_seconds[k]) + time.perf_counter() - start
+    model = fit(y - base_train)
+    fit_seconds = kernel_seconds[0] + time.perf_counter() - start
     start = time.perf_counter()
-    pred = base_test + model.predict(kernels.test[:, :n])
-    predict_seconds = float(kernels.test_seconds[k]) + time.perf_counter() - start
-    pred_rot = base_rot + model.predict(kernels.rotated[:, :n]) if sets.n_rotated else np.zeros(0)
+    pred = base_test + model.predict(test_kernel)
+    predict_seconds = kernel_seconds[1] + time.perf_counter() - start
+    pred_rot = base_rot + model.predict(rotated_kernel) if sets.n_rotated else np.zeros(0)
     if n == sets.sizes[-1]:
         predictions.setdefault(target, {})[name] = pred.tolist()
     return _record(
         name, target, n, sets.units[target], sets.test_targets[target], pred,
         fit_seconds=fit_seconds, predict_seconds=predict_seconds,
         invariance_error=invariance_error(pred, pred_rot, sets.n_rotations),
-        hyperparameters=chosen.label, reg_relative=model.info["reg_relative"], solver=model.info.get("solver", "eigh"),
-        condition_number=model.info["condition_number"], eigenvalues_clipped=model.info["eigenvalues_clipped"],
+        hyperparameters=hyperparameters, reg_relative=model.info["reg_relative"], solver=model.info.get("solver", "eigh"),
+        condition_number=model.info["condition_number"], eigenvalues_clipped=model.info["eigenvalues_clipped"], **extra,
     )

@@ -23,7 +23,6 @@ blocks + the fit; ``predict_seconds`` = the test rows' blocks + the product.
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ import numpy as np
 from molntk.config import QM9PropertyConfig, SparseConfig
 from molntk.features.inducing import inducing_environments
 from molntk.pipelines.molecule_kernels import InducingGroup
-from molntk.pipelines.qm9 import Candidate, Engine, Progress, QM9Sets, _record, block_kernel, dressed_atom, invariance_error
+from molntk.pipelines.qm9 import Candidate, Engine, Progress, QM9Sets, block_kernel, evaluate_model
 from molntk.scale.blocks import TEST, TRAIN
 
 #: Suffix of a sparse model's name in the report.
@@ -109,34 +108,17 @@ def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9Pro
 def sparse_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: SparseKernels, name: str, chosen: Candidate,
                    target: str, residual: bool, predictions: dict) -> list[dict[str, Any]]:
     """Records of the sparse model for ``target`` at every training size (step 3)."""
-    sparse = config.sparse
     n_train, n_test = sets.n_train, sets.n_test
-    K_test = kernels.rows[n_train : n_train + n_test]
-    K_rot = kernels.rows[n_train + n_test :]
     m = kernels.inducing.shape[0]
-    label = f"{chosen.label}; {m} inducing environments ({sparse.selection})"
-    records = []
-    for n in sets.sizes:
-        start = time.perf_counter()
-        y = sets.train_targets[target][:n]
-        if residual:
-            base_train, base_test, base_rot = dressed_atom(sets.train_molecules[:n], y, sets.test_molecules, sets.rotated_molecules)
-        else:
-            base_train, base_test, base_rot = np.zeros(n), np.zeros(n_test), np.zeros(sets.n_rotated)
-        model = fit_sparse(kernels.rows[:n], kernels.inducing, y - base_train, config, chosen.quadrature)
-        fit_seconds = kernels.inducing_seconds + kernels.seconds_between(0, n) + time.perf_counter() - start
-        start = time.perf_counter()
-        pred = base_test + model.predict(K_test)
-        predict_seconds = kernels.seconds_between(n_train, n_train + n_test) + time.perf_counter() - start
-        pred_rot = base_rot + model.predict(K_rot) if sets.n_rotated else np.zeros(0)
-        if n == sets.sizes[-1]:
-            predictions.setdefault(target, {})[name + SUFFIX] = pred.tolist()
-        records.append(_record(
-            name + SUFFIX, target, n, sets.units[target], sets.test_targets[target], pred,
-            fit_seconds=fit_seconds, predict_seconds=predict_seconds,
-            invariance_error=invariance_error(pred, pred_rot, sets.n_rotations),
-            hyperparameters=label, reg_relative=model.info["reg_relative"], solver="sparse",
-            condition_number=model.info["condition_number"], eigenvalues_clipped=model.info["eigenvalues_clipped"],
-            n_inducing=m,
-        ))
-    return records
+    label = f"{chosen.label}; {m} inducing environments ({config.sparse.selection})"
+    test_seconds = kernels.seconds_between(n_train, n_train + n_test)
+    return [
+        evaluate_model(
+            sets, name + SUFFIX, target, residual, n, predictions,
+            fit=lambda z, n=n: fit_sparse(kernels.rows[:n], kernels.inducing, z, config, chosen.quadrature),
+            test_kernel=kernels.rows[n_train : n_train + n_test], rotated_kernel=kernels.rows[n_train + n_test :],
+            kernel_seconds=(kernels.inducing_seconds + kernels.seconds_between(0, n), test_seconds),
+            hyperparameters=label, n_inducing=m,
+        )
+        for n in sets.sizes
+    ]

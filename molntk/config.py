@@ -544,8 +544,11 @@ class QM9PropertyConfig(TaskConfig):
 
     @model_validator(mode="after")
     def _lambda_has_a_source(self) -> QM9PropertyConfig:
-        smallest = self.learning_curve.n_train[0]
-        if smallest > self.regression.eigh_max:
+        """The exact models (the sizes up to ``sparse.exact_up_to``) choose λ by CV at a size ≤ eigh_max."""
+        limit = None if self.sparse is None else self.sparse.exact_up_to
+        exact = [n for n in self.learning_curve.n_train if limit is None or n <= limit]
+        smallest = exact[0] if exact else None
+        if smallest is not None and smallest > self.regression.eigh_max:
             raise FieldError(
                 "regression.eigh_max",
                 f"{self.regression.eigh_max} is below the smallest n_train {smallest}: λ is chosen by CV on a size ≤ eigh_max",

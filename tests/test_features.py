@@ -262,6 +262,20 @@ def test_translation_and_permutation_invariance(cfg: FeatureConfig) -> None:
     assert batch.centre_numbers.tolist() == mol.numbers[perm].tolist()
 
 
+@pytest.mark.parametrize("cfg", [GAUSS, COULOMB], ids=["gaussian", "coulomb"])
+def test_features_in_pair_steps_equal_one_step_bit_for_bit(cfg: FeatureConfig, monkeypatch) -> None:
+    """Steps of 7 pairs (cutting through molecules and cutoff-filtered pairs) add the same
+    terms in the same order as one step over all pairs."""
+    import molntk.features.environments as environments
+
+    mols = [_molecule(seed, n=n) for seed, n in ((11, 6), (12, 1), (13, 9), (14, 4))]
+    whole = environment_features(mols, cfg)
+    monkeypatch.setattr(environments, "PAIR_CHUNK", 7)
+    steps = environment_features(mols, cfg)
+    assert torch.equal(steps.coeffs, whole.coeffs)
+    assert torch.equal(steps.molecule_index, whole.molecule_index)
+
+
 def test_neighbour_beyond_cutoff_contributes_nothing_and_map_is_continuous() -> None:
     cfg = FeatureConfig(radial=GaussianBasis(n=6, r_min=0.5, r_cut=4.0))
     base = [[0.0, 0.0, 0.0], [1.1, 0.0, 0.0]]

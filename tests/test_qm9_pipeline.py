@@ -424,6 +424,35 @@ def test_full_split_config_runs_its_path_at_small_n(tmp_path):
     assert not list((tmp_path / "full" / "kernel_matrices").iterdir())
 
 
+def test_full_split_so3_config_runs_sparse_only_at_small_n(tmp_path):
+    """configs/qm9_u0_full_so3.yaml as shipped (one candidate, no exact model, no selection
+    set) with the sizes shrunk: only the dressed atoms and the sparse SO(3) NTK are reported,
+    and the batch log (stderr not a terminal) has plain progress lines."""
+    from pathlib import Path
+
+    config = Path(__file__).parents[1] / "configs" / "qm9_u0_full_so3.yaml"
+    shrink = ["learning_curve.n_train=[30]", "learning_curve.n_test=6", "sparse.environments=40",
+              "kernel.grid_band_limit=3", "kernel.threads=1", "invariance.n_molecules=2", f"output={tmp_path / 'so3'}"]
+    result = CliRunner().invoke(app, ["run", str(config), "--json", *[a for kv in shrink for a in ("--set", kv)]])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)["result"]
+    assert {(r["model"], r["n_train"]) for r in document["records"]} == {("dressed-atom", 30), ("so3-ntk-sparse", 30)}
+    sparse = next(r for r in document["records"] if r["model"] == "so3-ntk-sparse")
+    assert sparse["n_inducing"] == 40 and math.isfinite(sparse["mae"])
+    assert "so3-ntk-sparse-sum: " in result.stderr and " blocks, " in result.stderr
+
+
+def test_eigh_max_applies_to_the_exact_sizes_only(tmp_path):
+    """λ comes from an eigendecomposition at the smallest exact size; with every size above
+    ``sparse.exact_up_to`` no exact model runs and eigh_max does not limit the sizes."""
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    sparse = ["sparse.models=[so3_ntk]", "sparse.environments=20"]
+    with pytest.raises(ConfigValidationError, match="below the smallest n_train 10"):
+        load_config(str(config), ["regression.eigh_max=5", *sparse, "sparse.exact_up_to=10"])
+    assert load_config(str(config), ["regression.eigh_max=5", *sparse, "sparse.exact_up_to=5"]).regression.eigh_max == 5
+
+
 def test_block_kernel_on_two_devices_equals_serial(qm9, tmp_path, one_thread):
     """MoleculeBlockKernel.on(device) through the DeviceExecutor (two CPU "devices": the
     multi-GPU code path without a GPU) gives the serial blocks bit for bit, for the SO(3)

@@ -282,6 +282,43 @@ def test_cross_kernel_blocks_match_the_joint_kernel():
     assert torch.allclose(cross.nngp, joint.nngp[:3, 3:], rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("pairs", [1, 3, 8, 50])
+@pytest.mark.parametrize("n1, n2", [(13, 13), (13, 4), (3, 17), (9, 1)])
+def test_tile_shape_covers_the_pairs_within_the_budget(n1, n2, pairs):
+    from molntk.kernels.so3.network import tile_shape
+
+    for square in ((True, False) if n1 == n2 else (False,)):
+        rows, cols = tile_shape(n1, n2, pairs, square=square)
+        assert 1 <= rows <= n1 and 1 <= cols <= n2 and rows * cols <= max(pairs, 1)
+        if square:
+            assert rows == cols
+        for n, part in ((n1, rows), (n2, cols)):  # parts of nearly equal length: no thin remainder
+            count = -(-n // part)
+            assert (count - 1) * part < n and n - (count - 1) * part >= part - count + 1
+
+
+@pytest.mark.parametrize("tile_pairs", [1, 5, 12])
+@pytest.mark.parametrize("sampling", ["gauss-legendre", "lebedev"])
+def test_tiled_kernels_equal_the_one_tile_kernel(tile_pairs, sampling, monkeypatch):
+    """Tiles of a few pairs (square for the mirrored symmetric call, rectangular otherwise)
+    give the kernel of one tile over all pairs, to rounding. An erf network: its dual
+    activation is smooth on the kernels' whole range (ρ ≤ 2v/(1 + 2v) < 1), so rounding
+    differences of the tiles' GEMMs (≈ 1e-16) stay ≈ 1e-16. (ReLU's arccos kernel is only
+    Hölder-½ at cos θ = 1, which pairs of an input with itself reach near the identity:
+    there ε-rounding moves the kernel by up to √(2ε) ≈ 2e-8, whatever the tiling.)"""
+    import molntk.kernels.so3.network as network
+
+    net = serial(Lift(3, 1.0, 0.2), Nonlinearity("erf"), GroupConv(2, 1.0, 0.2), Nonlinearity("erf"), Pool(), Dense(1.0, 0.2))
+    x = random_coefficients(11, 3, 3, seed=9)
+    ctx = net.discretisation(SO3Grid(3, sampling), "fast")
+    one = net.kernel(x, ctx=ctx), net.kernel(x[:4], x[4:], ctx=ctx)
+    monkeypatch.setattr(network, "TILE_ELEMENTS", tile_pairs * ctx.support_size)
+    tiled = net.kernel(x, ctx=ctx), net.kernel(x[:4], x[4:], ctx=ctx)
+    for a, b in zip(one, tiled):
+        for m1, m2 in ((a.nngp, b.nngp), (a.ntk, b.ntk)):
+            torch.testing.assert_close(m2, m1, rtol=1e-13, atol=1e-13 * float(m1.abs().max()))
+
+
 @pytest.mark.parametrize("mode", ["fast", "exact"])
 def test_conv_then_pool_shortcut_equals_projection_then_mean(mode):
     """GroupConv directly before Pool skips the synthesis; the result equals P_L followed by

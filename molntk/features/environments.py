@@ -201,6 +201,11 @@ def pair_indices(n_atoms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return centre[keep], neighbour[keep]
 
 
+#: Atom pairs per step of :func:`environment_features` (its (pairs, K, L²) temporary: 2¹⁹ pairs
+#: × 8 × 16 float64 values = 512 MiB for the default features, whatever the number of molecules).
+PAIR_CHUNK = 2**19
+
+
 def environment_features(
     molecules: Molecule | Sequence[Molecule],
     config: FeatureConfig | None = None,
@@ -210,8 +215,9 @@ def environment_features(
 ) -> EnvironmentBatch:
     """Fourier coefficients f̂^l_c(a) of every atom environment of ``molecules`` (see module doc).
 
-    Vectorised over all atom pairs of all molecules: one spherical-harmonics call for all
-    pairs and one scatter-add into the environments. Pair vectors are formed in float64
+    Vectorised over the atom pairs of all molecules, in steps of :data:`PAIR_CHUNK` pairs:
+    one spherical-harmonics call and one scatter-add into the environments per step (the
+    pairs in the same order as one step would take them). Pair vectors are formed in float64
     and then cast to ``dtype`` (float32 or float64). A single-atom molecule gives an
     all-zero environment. Raises :class:`InputError` for an element outside
     ``config.elements``.
@@ -229,21 +235,24 @@ def environment_features(
     element_slot = np.full(MAX_Z + 1, -1, dtype=np.int64)
     element_slot[list(config.elements)] = np.arange(n_elem)
 
-    centre, neighbour = (torch.as_tensor(i, device=device) for i in pair_indices(n_atoms))
     pos = torch.as_tensor(positions, dtype=torch.float64, device=device)
     z = torch.as_tensor(numbers, device=device)
-    vec = (pos[neighbour] - pos[centre]).to(dtype)
-    r = torch.linalg.vector_norm(vec, dim=1)
-    if config.radial.cutoff is not None:
-        inside = r < config.radial.cutoff
-        centre, neighbour, vec, r = centre[inside], neighbour[inside], vec[inside], r[inside]
-
-    radial = config.radial(r, z[centre].to(dtype), z[neighbour].to(dtype))  # (P, K)
-    sh = o3.spherical_harmonics(list(range(config.band_limit)), vec, normalize=True, normalization="integral")
-    sh = sh * smearing_vector(config.band_limit, config.smearing_width, dtype=dtype, device=device)  # (P, L²)
-    slot = centre * n_elem + torch.as_tensor(element_slot, device=device)[z[neighbour]]
+    smearing = smearing_vector(config.band_limit, config.smearing_width, dtype=dtype, device=device)
+    slot_of_element = torch.as_tensor(element_slot, device=device)
     coeffs = torch.zeros(numbers.size * n_elem, n_rad, n_coef, dtype=dtype, device=device)
-    coeffs.index_add_(0, slot, radial[:, :, None] * sh[:, None, :])
+    all_centres, all_neighbours = pair_indices(n_atoms)
+    for start in range(0, all_centres.size, PAIR_CHUNK):  # pairs in order: the same sums, bounded memory
+        centre = torch.as_tensor(all_centres[start : start + PAIR_CHUNK], device=device)
+        neighbour = torch.as_tensor(all_neighbours[start : start + PAIR_CHUNK], device=device)
+        vec = (pos[neighbour] - pos[centre]).to(dtype)
+        r = torch.linalg.vector_norm(vec, dim=1)
+        if config.radial.cutoff is not None:
+            inside = r < config.radial.cutoff
+            centre, neighbour, vec, r = centre[inside], neighbour[inside], vec[inside], r[inside]
+        radial = config.radial(r, z[centre].to(dtype), z[neighbour].to(dtype))  # (P, K)
+        sh = o3.spherical_harmonics(list(range(config.band_limit)), vec, normalize=True, normalization="integral")
+        slot = centre * n_elem + slot_of_element[z[neighbour]]
+        coeffs.index_add_(0, slot, radial[:, :, None] * (sh * smearing)[:, None, :])
 
     molecule_index = np.repeat(np.arange(n_atoms.size), n_atoms)
     atom_index = np.arange(numbers.size) - np.repeat(np.cumsum(n_atoms) - n_atoms, n_atoms)

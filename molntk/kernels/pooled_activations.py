@@ -13,7 +13,10 @@ scalar on CPU (≈ 5 ns a value, the largest single cost of the SO(3) NTK). On C
 and ReLU, :func:`pooled_dual` instead runs one compiled loop per pair (numba, no GIL, the
 pairs split over ``torch.get_num_threads()`` threads), with the arcsin of
 :func:`asin_poly`: the same formulas, 3–7× faster on the development CPU (benchmark:
-``benchmarks/so3_quadrature.py``). Other devices, dtypes and activations take the torch path.
+``benchmarks/so3_quadrature.py``). On CUDA the same formulas run as one Triton kernel
+(:mod:`molntk.kernels.pooled_activations_triton`: one read of the values instead of about
+ten passes). Other devices, dtypes and activations, and CUDA without Triton, take the
+torch path.
 
 Results do not depend on how pairs are grouped into calls or threads: each pair's sum is one
 loop over its K values, vectorised in an order fixed by K alone (tested), so blockwise and
@@ -54,7 +57,9 @@ def _asin_coefficients(degree: int = 12) -> tuple[float, ...]:
     return tuple(float(c) for c in fit.convert(kind=np.polynomial.Polynomial).coef)
 
 
-_G = _asin_coefficients()
+#: Coefficients of g (:func:`asin_poly`), lowest degree first.
+ASIN_COEFFICIENTS = _asin_coefficients()
+_G = ASIN_COEFFICIENTS
 _HALF_PI = math.pi / 2
 #: fastmath flags: FMA contraction for the values; the sums over K may also be reassociated
 #: (vectorised into partial sums; LLVM's order depends on the loop length only).
@@ -146,9 +151,23 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="molntk-pooled-dual")
 
 
+@lru_cache(maxsize=None)
+def triton_available() -> bool:
+    """Whether the Triton kernel (:mod:`molntk.kernels.pooled_activations_triton`) can be
+    used: Triton importable (it ships with torch's CUDA builds on Linux)."""
+    try:
+        import molntk.kernels.pooled_activations_triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def fused_available(activation: str, values: Tensor) -> bool:
-    """Whether :func:`pooled_dual` runs the compiled loop for ``activation`` on ``values``."""
-    return activation in _ROWS and values.device.type == "cpu" and values.dtype in (torch.float64, torch.float32)
+    """Whether :func:`pooled_dual` runs a fused pass for ``activation`` on ``values``: the
+    compiled loop on CPU, the Triton kernel on CUDA."""
+    if activation not in _ROWS or values.dtype not in (torch.float64, torch.float32):
+        return False
+    return values.device.type == "cpu" or (values.device.type == "cuda" and triton_available())
 
 
 def pooled_dual(
@@ -161,6 +180,8 @@ def pooled_dual(
         f, fdot = get_activation(activation).dual(nngp, var1, var2)
         return f @ weights, None if ntk is None else fdot.mul_(ntk) @ weights
     lead, n = nngp.shape[:-1], nngp.shape[-1]
+    if nngp.device.type == "cuda":
+        return _pooled_dual_cuda(activation, nngp, ntk, var1, var2, weights)
     k = nngp.detach().reshape(-1, n).contiguous().numpy()
     theta = k if ntk is None or ntk is nngp else ntk.detach().reshape(-1, n).contiguous().numpy()
     va, vb = (v.detach().expand(lead + (1,)).reshape(-1).contiguous().numpy() for v in (var1, var2))
@@ -177,3 +198,17 @@ def pooled_dual(
             job.result()
     f = torch.from_numpy(out_f).to(nngp.dtype).reshape(lead)
     return f, None if ntk is None else torch.from_numpy(out_t).to(nngp.dtype).reshape(lead)
+
+
+def _pooled_dual_cuda(
+    activation: str, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, weights: Tensor
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`pooled_dual` through the Triton kernel (same arguments and results)."""
+    from molntk.kernels.pooled_activations_triton import pooled_dual_triton
+
+    lead, n = nngp.shape[:-1], nngp.shape[-1]
+    k = nngp.detach().reshape(-1, n).contiguous()
+    theta = None if ntk is None or ntk is nngp else ntk.detach().reshape(-1, n).contiguous()
+    va, vb = (v.detach().expand(lead + (1,)).reshape(-1).contiguous() for v in (var1, var2))
+    f, t = pooled_dual_triton(activation, k, theta, va, vb, weights.detach().contiguous())
+    return f.to(nngp.dtype).reshape(lead), None if ntk is None else t.to(nngp.dtype).reshape(lead)

@@ -15,6 +15,8 @@ the chosen kernels as ``.npy`` files in ``kernel_matrices/<model>-<reduction>/``
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,23 +35,49 @@ from molntk.pipelines.report import (
 from molntk.utils.files import atomic_write_text
 
 
+class ProgressLines:
+    """Progress as plain lines for logs: for each label, a line at its first block, at most
+    one every ``every`` seconds after that, and one when it is done, with the blocks done,
+    the seconds since the job started and since the label's first report, and the ETA at
+    the label's mean rate so far (blocks of one label cost about the same)."""
+
+    def __init__(self, write: Callable[[str], None], every: float = 30.0) -> None:
+        self.write, self.every = write, every
+        self.start = time.perf_counter()
+        self.first: dict[str, tuple[float, int]] = {}
+        self.last: dict[str, float] = {}
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        began, done_then = self.first.setdefault(label, (now, done))
+        if done < total and label in self.last and now - self.last[label] < self.every:
+            return
+        self.last[label] = now
+        rate = (done - done_then) / (now - began) if now > began and done > done_then else 0.0
+        eta = f", ETA {(total - done) / rate:.0f} s" if 0 < rate and done < total else ""
+        self.write(f"{label}: {done}/{total} blocks, {now - began:.0f} s ({now - self.start:.0f} s into the job){eta}")
+
+
 def run_and_write(config: QM9PropertyConfig, source: str) -> dict[str, Any]:
-    """Run the pipeline with a progress bar on stderr, write the output files, return the result
-    (without the per-molecule predictions, which go to ``predictions.csv``)."""
+    """Run the pipeline with a progress bar on stderr (progress lines when stderr is not a
+    terminal: batch logs), write the output files, return the result (without the
+    per-molecule predictions, which go to ``predictions.csv``)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from molntk.cli.output import stderr
 
+    console = stderr()
     columns = (TextColumn("{task.description:<18}"), BarColumn(), TextColumn("{task.completed}/{task.total} blocks"),
                TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=stderr(), transient=True) as bar:
+    with Progress(*columns, console=console, transient=True) as bar:
         tasks: dict[str, Any] = {}
 
-        def progress(label: str, done: int, total: int) -> None:
+        def draw(label: str, done: int, total: int) -> None:
             if label not in tasks:
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done)
 
+        progress = draw if console.is_terminal else ProgressLines(console.print)
         out = output_dir(config.name, config.output)
         cache = out / "kernel_cache" if config.cache else None
         result = run_qm9_property(config, source, progress, cache, out / "kernel_matrices")

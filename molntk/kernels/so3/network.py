@@ -37,17 +37,42 @@ Layer = Lift | GroupConv | Dense | Nonlinearity | Pool
 #: configurations (one thread): per-pair cost flat for 2¹⁶–2²⁰, while whole 256 × 256 × 109
 #: blocks (2²³) cost 5× more per pair (README "SO(3) kernel speed").
 TILE_ELEMENTS = 2**19
-#: The same on CUDA: 2²³ values (64 MiB per temporary), so that a tile's dozen kernel
-#: launches and its Python work are amortised over ~20,000 environment pairs instead of
-#: ~1,400 (on the H100 the CPU-sized tiles left the device mostly idle; README "Scale").
-#: Set from that reasoning, not yet measured: ``benchmarks/so3_kernel.py --device cuda``.
-TILE_ELEMENTS_CUDA = 2**23
+#: The same on CUDA: 2²⁶ values (512 MiB per temporary), so that a tile's kernel launches
+#: and its Python work are amortised over ~176,000 environment pairs. Measured on an H200
+#: (2026-11-23, sparse QM9 kernel of 4,000 molecules × 2,000 environments, Lebedev grid of
+#: 381 points): 1.0 / 3.4 / 4.7 / 5.4 / 5.1e7 environment pairs/s at 2²¹ / 2²³ / 2²⁵ / 2²⁶ /
+#: 2²⁷ values per tile (GPU peak 1.5 GB at 2²⁶).
+TILE_ELEMENTS_CUDA = 2**26
 
 
 def tile_elements(device: torch.device | str) -> int:
     """Group values per tile on ``device``: :data:`TILE_ELEMENTS_CUDA` on CUDA, else
     :data:`TILE_ELEMENTS`."""
     return TILE_ELEMENTS_CUDA if torch.device(device).type == "cuda" else TILE_ELEMENTS
+
+
+def _even(n: int, at_most: int) -> int:
+    """Part length that splits n into ⌈n / at_most⌉ parts of (nearly) equal length."""
+    return -(-n // -(-n // at_most)) if n else 1
+
+
+def tile_shape(n1: int, n2: int, pairs: int, *, square: bool) -> tuple[int, int]:
+    """Rows and columns of the tiles that cover n1 × n2 pairs with at most ``pairs`` each.
+
+    ``square`` (mirrored symmetric kernels): the same partition of both sides, parts of at
+    most side = ⌊√pairs⌋. Otherwise a side shorter than that is taken whole and the other
+    gets the rest of the budget (an environment block against a few hundred inducing
+    environments is one row of tiles, not many narrow ones), and each side is split into
+    parts of nearly equal length (no thin remainder tiles).
+    """
+    side = max(1, math.isqrt(pairs))
+    if square:
+        part = _even(max(n1, n2), side)
+        return part, part
+    if n1 <= side:
+        return max(n1, 1), _even(n2, max(1, pairs // max(n1, 1)))
+    cols = n2 if n2 <= side else _even(n2, side)
+    return _even(n1, max(1, pairs // max(cols, 1))), max(cols, 1)
 
 
 @dataclass(frozen=True)
@@ -125,8 +150,8 @@ class SO3Network:
     ) -> tuple[Tensor, Tensor | None]:
         """NNGP and NTK (n1, n2) between x1 and x2 given their :meth:`self_kernels`.
 
-        Pairs are evaluated in square tiles of at most :func:`tile_elements` group values
-        (cache-sized on CPU; memory does not grow with n1·n2 beyond the output). ``symmetric``
+        Pairs are evaluated in tiles of at most :func:`tile_elements` group values
+        (:func:`tile_shape`; cache-sized on CPU; memory does not grow with n1·n2 beyond the output). ``symmetric``
         (x2 is x1, same self-kernels): on a mirrored ``ctx`` (:attr:`Discretisation.symmetric`)
         only tiles on or above the diagonal are computed, and the upper triangle is mirrored.
         """
@@ -136,12 +161,12 @@ class SO3Network:
         nngp = x1.new_empty(n1, n2)
         theta = torch.empty_like(nngp) if ntk else None
         steps = self.steps(ctx)
-        side = max(1, math.isqrt(tile_elements(ctx.device) // ctx.support_size))
         mirror = symmetric and ctx.symmetric
-        for i in range(0, n1, side):
-            rows = slice(i, i + side)
-            for j in range(i if mirror else 0, n2, side):
-                cols = slice(j, j + side)
+        height, width = tile_shape(n1, n2, max(1, tile_elements(ctx.device) // ctx.support_size), square=mirror)
+        for i in range(0, n1, height):
+            rows = slice(i, i + height)
+            for j in range(i if mirror else 0, n2, width):
+                cols = slice(j, j + width)
                 k, t = self._tile(x1[rows], x2[cols], [s[rows] for s in self1], [s[cols] for s in self2], steps, ctx, ntk)
                 for target, value in ((nngp, k), (theta, t)):
                     if target is not None:

@@ -439,6 +439,7 @@ def test_full_split_so3_config_runs_sparse_only_at_small_n(tmp_path):
     assert {(r["model"], r["n_train"]) for r in document["records"]} == {("dressed-atom", 30), ("so3-ntk-sparse", 30)}
     sparse = next(r for r in document["records"] if r["model"] == "so3-ntk-sparse")
     assert sparse["n_inducing"] == 40 and math.isfinite(sparse["mae"])
+    assert isinstance(sparse["reg_at_grid_edge"], bool)  # λ chosen by LOO: whether at an end of its grid
     assert "so3-ntk-sparse-sum: " in result.stderr and " blocks, " in result.stderr
 
 

@@ -619,5 +619,6 @@ def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int
         fit_seconds=fit_seconds, predict_seconds=predict_seconds,
         invariance_error=invariance_error(pred, pred_rot, sets.n_rotations),
         hyperparameters=hyperparameters, reg_relative=model.info["reg_relative"], solver=model.info.get("solver", "eigh"),
+        reg_at_grid_edge=None if model.info.get("cv") is None else model.info["cv"]["at_grid_edge"],
         condition_number=model.info["condition_number"], eigenvalues_clipped=model.info["eigenvalues_clipped"], **extra,
     )

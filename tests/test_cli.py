@@ -77,7 +77,7 @@ def test_info_json_parses() -> None:
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["versions"]["molntk"] == molntk.__version__
-    assert set(report["versions"]) == {"molntk", "python", "torch", "e3nn", "torch-geometric", "rdkit", "numpy"}
+    assert set(report["versions"]) == {"molntk", "python", "torch", "triton", "e3nn", "torch-geometric", "rdkit", "numpy"}
     torch = report["torch"]
     assert isinstance(torch["cuda_available"], bool)
     assert isinstance(torch["cuda_devices"], list)

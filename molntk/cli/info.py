@@ -14,7 +14,7 @@ from molntk._version import __version__
 from molntk.cli.output import cells, print_json, stdout
 
 #: Distributions whose versions ``molntk info`` reports, besides molntk and Python.
-PACKAGES = ("torch", "e3nn", "torch-geometric", "rdkit", "numpy")
+PACKAGES = ("torch", "triton", "e3nn", "torch-geometric", "rdkit", "numpy")  # triton: the CUDA kernels
 
 
 def _package_version(name: str) -> str | None:

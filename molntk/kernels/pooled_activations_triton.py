@@ -34,11 +34,12 @@ from molntk.kernels.pooled_activations import ASIN_COEFFICIENTS
 #: Activations with a Triton kernel (the codes passed to it).
 ACTIVATIONS = {"erf": 0, "relu": 1}
 #: Rows per program, columns per step and warps per program. Measured on an H200 (2026-11-23,
-#: erf, 2¹⁹ rows × 381 float64 values, median of do_bench): 16 × 32 × 4 warps 2.08 ms
-#: (9.6e10 values/s, 156 registers, no spills), against 2.4–3.3 ms for the other shapes
-#: tried from 4 × 128 to 128 × 32 (those of 32 × 64 and more spill registers) and 8.4 ms for
-#: the torch path. The kernel is bound by float64 arithmetic (the arcsin polynomial, square
-#: roots, a division), not by memory: 0.77 TB/s read of the card's 4.8.
+#: ``benchmarks/so3_cuda.py --part blocks``: erf, 2¹⁹ rows × 381 float64 values, median of
+#: do_bench): 16 × 32 × 4 warps 2.08 ms (9.6e10 values/s, 156 registers, no spills), against
+#: 2.4–6.6 ms for the 13 other shapes from 4 × 128 to 128 × 32 (those of 32 × 64 and more
+#: spill registers) and 8.35 ms for the torch path. The kernel is bound by float64
+#: arithmetic (the arcsin polynomial, square roots, a division), not by memory: 0.77 TB/s
+#: read of the card's 4.8.
 BLOCK_ROWS = 16
 BLOCK_COLS = 32
 NUM_WARPS = 4

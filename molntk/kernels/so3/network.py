@@ -39,9 +39,10 @@ Layer = Lift | GroupConv | Dense | Nonlinearity | Pool
 TILE_ELEMENTS = 2**19
 #: The same on CUDA: 2²⁶ values (512 MiB per temporary), so that a tile's kernel launches
 #: and its Python work are amortised over ~176,000 environment pairs. Measured on an H200
-#: (2026-11-23, sparse QM9 kernel of 4,000 molecules × 2,000 environments, Lebedev grid of
-#: 381 points): 1.0 / 3.4 / 4.7 / 5.4 / 5.1e7 environment pairs/s at 2²¹ / 2²³ / 2²⁵ / 2²⁶ /
-#: 2²⁷ values per tile (GPU peak 1.5 GB at 2²⁶).
+#: (2026-11-23, ``benchmarks/so3_cuda.py --part tiles``: sparse QM9 kernel of 4,000
+#: molecules × 2,000 environments, Lebedev grid of 381 points, Triton dual activation):
+#: 0.97 / 3.6 / 9.6 / 11.0 / 11.7e7 environment pairs/s at 2²¹ / 2²³ / 2²⁵ / 2²⁶ / 2²⁷
+#: values per tile; 2²⁶ (GPU peak 1.4 GB) rather than 2²⁷ (+6 %, 1.9 GB).
 TILE_ELEMENTS_CUDA = 2**26
 
 

@@ -22,6 +22,7 @@ tensor reaches :func:`~molntk.kernels.pooled_activations.pooled_dual`; under
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 import triton
@@ -117,13 +118,20 @@ def _pooled_dual_kernel(
     tl.store(out_t_ptr + rows, t_sum, mask=row_ok)
 
 
+@lru_cache(maxsize=None)
+def _constants(device: torch.device) -> Tensor:
+    """:data:`CONSTANTS` on ``device``, copied there once (a copy from host memory per call
+    would wait for the device's queued work)."""
+    return torch.tensor(CONSTANTS, dtype=torch.float64, device=device)
+
+
 def pooled_dual_triton(
     activation: str, k: Tensor, theta: Tensor | None, va: Tensor, vb: Tensor, weights: Tensor
 ) -> tuple[Tensor, Tensor]:
     """(F̄, Θ̄) of P rows: ``k`` and ``theta`` (P, K) contiguous (``theta`` None or ``k``
     itself: Θ = K), ``va``, ``vb`` (P,), ``weights`` (K,); results (P,) in float64."""
     n_rows, n_cols = k.shape
-    constants = torch.tensor(CONSTANTS, dtype=torch.float64, device=k.device)
+    constants = _constants(k.device)
     out_f = torch.empty(n_rows, dtype=torch.float64, device=k.device)
     out_t = torch.empty_like(out_f)
     same = theta is None or theta is k

@@ -52,7 +52,7 @@ class GroupConv:
         coeffs = nngp.reshape(-1, shape[-1]) @ analysis
         if ntk is not None:
             coeffs = torch.cat([coeffs, torch.addmm(coeffs, ntk.reshape(-1, shape[-1]), analysis)])
-        out = torch.addmm(coeffs.new_tensor(self.sigma_b**2), coeffs, synthesis.T, alpha=self.sigma_w**2)
+        out = torch.addmm(coeffs.new_full((), self.sigma_b**2), coeffs, synthesis.T, alpha=self.sigma_w**2)
         if ntk is None:
             return out.view(shape), None
         out = out.view((2,) + shape)

@@ -75,7 +75,7 @@ class Lift:
     def _synthesise(self, moments: Tensor, channels: int, ctx: Discretisation) -> Tensor:
         """σ_w²/C · Σ_l ⟨M^l, D^l(u_k)⟩ + σ_b² for rows of flattened moments (P, L3) → (P, K+1)."""
         table = ctx.measure.table(self.band_limit, ctx.dtype, ctx.device)  # (K+1, L3)
-        bias = moments.new_tensor(self.sigma_b**2)
+        bias = moments.new_full((), self.sigma_b**2)  # filled on the device: no copy from the host
         return torch.addmm(bias, moments, table.T, alpha=self.sigma_w**2 / channels)
 
     def kernel(self, state: InputPair, ctx: Discretisation, *, ntk: bool) -> GroupKernel:

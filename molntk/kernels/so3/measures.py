@@ -70,8 +70,12 @@ class SO3Measure:
         return self._tables[key]
 
     def mean_weights(self, dtype: torch.dtype, device) -> Tensor:
-        """Weights for Σ_k w_k ψ(u_k), padded with 0 for the identity: shape (K + 1,)."""
-        return torch.cat([self.weights, self.weights.new_zeros(1)]).to(dtype=dtype, device=device)
+        """Weights for Σ_k w_k ψ(u_k), padded with 0 for the identity: shape (K + 1,); made
+        once per dtype and device (read-only: every tile of every layer uses it)."""
+        key = ("mean", dtype, str(device))
+        if key not in self._tables:
+            self._tables[key] = torch.cat([self.weights, self.weights.new_zeros(1)]).to(dtype=dtype, device=device)
+        return self._tables[key]
 
 
 def _with_identity(blocks: list[Tensor]) -> list[Tensor]:

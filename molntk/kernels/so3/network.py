@@ -41,8 +41,8 @@ TILE_ELEMENTS = 2**19
 #: and its Python work are amortised over ~176,000 environment pairs. Measured on an H200
 #: (2026-11-23, ``benchmarks/so3_cuda.py --part tiles``: sparse QM9 kernel of 4,000
 #: molecules × 2,000 environments, Lebedev grid of 381 points, Triton dual activation):
-#: 0.97 / 3.6 / 9.6 / 11.0 / 11.7e7 environment pairs/s at 2²¹ / 2²³ / 2²⁵ / 2²⁶ / 2²⁷
-#: values per tile; 2²⁶ (GPU peak 1.4 GB) rather than 2²⁷ (+6 %, 1.9 GB).
+#: 1.3 / 4.5 / 11.5 / 12.2 / 12.5e7 environment pairs/s at 2²¹ / 2²³ / 2²⁵ / 2²⁶ / 2²⁷
+#: values per tile; 2²⁶ (GPU peak 1.4 GB) rather than 2²⁷ (+2 %, 1.9 GB).
 TILE_ELEMENTS_CUDA = 2**26
 
 

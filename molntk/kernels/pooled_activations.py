@@ -179,12 +179,14 @@ def pooled_dual(
     if not fused_available(activation, nngp):
         f, fdot = get_activation(activation).dual(nngp, var1, var2)
         return f @ weights, None if ntk is None else fdot.mul_(ntk) @ weights
-    lead, n = nngp.shape[:-1], nngp.shape[-1]
+    lead, k, theta, va, vb = _as_rows(nngp, ntk, var1, var2)
     if nngp.device.type == "cuda":
-        return _pooled_dual_cuda(activation, nngp, ntk, var1, var2, weights)
-    k = nngp.detach().reshape(-1, n).contiguous().numpy()
-    theta = k if ntk is None or ntk is nngp else ntk.detach().reshape(-1, n).contiguous().numpy()
-    va, vb = (v.detach().expand(lead + (1,)).reshape(-1).contiguous().numpy() for v in (var1, var2))
+        from molntk.kernels.pooled_activations_triton import pooled_dual_triton
+
+        f, t = pooled_dual_triton(activation, k, theta, va, vb, weights.detach().contiguous())
+        return f.to(nngp.dtype).reshape(lead), None if ntk is None else t.to(nngp.dtype).reshape(lead)
+    k, va, vb = k.numpy(), va.numpy(), vb.numpy()
+    theta = k if theta is None else theta.numpy()
     w = weights.detach().contiguous().numpy()
     out_f, out_t = np.empty(k.shape[0], dtype=np.float64), np.empty(k.shape[0], dtype=np.float64)
     rows = _ROWS[activation]
@@ -200,15 +202,11 @@ def pooled_dual(
     return f, None if ntk is None else torch.from_numpy(out_t).to(nngp.dtype).reshape(lead)
 
 
-def _pooled_dual_cuda(
-    activation: str, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, weights: Tensor
-) -> tuple[Tensor, Tensor | None]:
-    """:func:`pooled_dual` through the Triton kernel (same arguments and results)."""
-    from molntk.kernels.pooled_activations_triton import pooled_dual_triton
-
+def _as_rows(nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor):
+    """The pairs as rows: (leading shape, K values (P, K), Θ values (P, K) or None when Θ is
+    absent or K itself, variances (P,) of each side), all contiguous."""
     lead, n = nngp.shape[:-1], nngp.shape[-1]
     k = nngp.detach().reshape(-1, n).contiguous()
     theta = None if ntk is None or ntk is nngp else ntk.detach().reshape(-1, n).contiguous()
     va, vb = (v.detach().expand(lead + (1,)).reshape(-1).contiguous() for v in (var1, var2))
-    f, t = pooled_dual_triton(activation, k, theta, va, vb, weights.detach().contiguous())
-    return f.to(nngp.dtype).reshape(lead), None if ntk is None else t.to(nngp.dtype).reshape(lead)
+    return lead, k, theta, va, vb

@@ -42,7 +42,7 @@ from molntk.baselines.assembly import check_options
 from molntk.baselines.mlp import FeatureMapNTK, MLPArchitecture
 from molntk.features.environments import FeatureConfig
 from molntk.kernels.so3.grids import SO3Grid
-from molntk.kernels.so3.wigner import _float64_default, coeff_slices, flatten_blocks, wigner_slices
+from molntk.kernels.so3.wigner import float64_default, coeff_slices, flatten_blocks, wigner_slices
 
 #: Most entries (atom pairs × rotations) of one first-layer kernel chunk (≈ 32 MiB in float64).
 _CHUNK_ENTRIES = 1 << 22
@@ -85,7 +85,7 @@ class RotationSet:
         the symmetrised network x ↦ Σ_i w_i N(ρ(g_i) x): positive semi-definite for any
         base set, unlike the one-sided average over a finite random set. Closed under inversion.
         """
-        with _float64_default():
+        with float64_default():
             mats = o3.angles_to_matrix(base.alpha, base.beta, base.gamma)
             n = mats.shape[0]
             off = ~torch.eye(n, dtype=torch.bool)
@@ -141,7 +141,7 @@ def wigner_table(band_limit: int, alpha: Tensor, beta: Tensor, gamma: Tensor) ->
     shape (n, Σ_l (2l+1)²), float64 — the values of :func:`molntk.kernels.so3.wigner.wigner_blocks`
     (to ~1e-14) from one eigendecomposition per generator instead of 3n matrix exponentials."""
     blocks = []
-    with _float64_default():
+    with float64_default():
         for l in range(band_limit):
             x = o3.so3_generators(l).to(torch.complex128)
             y_alpha, x_beta, y_gamma = (_axis_rotations(x[axis], t) for axis, t in ((1, alpha), (0, beta), (1, gamma)))

@@ -6,7 +6,7 @@ activation of σ is
     F(k12; k11, k22)  = E[σ(u) σ(v)]            (NNGP rule)
     Ḟ(k12; k11, k22)  = E[σ'(u) σ'(v)]          (NTK rule: Θ' = Θ · Ḟ)
 
-Each :class:`Activation` carries the finite-width function (``apply``, used by the
+Each :class:`DualActivation` carries the finite-width function (``apply``, used by the
 finite networks that test the kernels) next to these closed forms (``dual``). A dual
 never modifies its arguments, k11 and k22 broadcast against k12, and the Ḟ it returns is
 a fresh tensor (callers may update it in place).
@@ -21,9 +21,10 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-#: Correlations are clamped to [-1 + EPS, 1 - EPS] before arccos/arcsin-type formulas,
-#: so that rounding never produces NaN on the diagonal (where the exact value is ±1).
-_CLAMP = 1e-12
+#: Correlations are clamped to [-1 + CLAMP, 1 - CLAMP] before arcsin-type formulas, so that
+#: rounding never produces NaN on the diagonal (where the exact value is ±1). The fused
+#: passes (:mod:`molntk.kernels.pooled_activations`, its Triton kernel) use the same clamp.
+CLAMP = 1e-12
 
 
 def _relu_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
@@ -52,8 +53,8 @@ def _erf_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
     F = (2/π) arcsin ρ,   Ḟ = (4/π) / √(d − 4 k12²) = (4/π) d^{-1/2} (1 − ρ²)^{-1/2}.
     """
     inv_sqrt_d = torch.rsqrt((1 + 2 * k11) * (1 + 2 * k22))  # broadcast shape, usually small
-    rho = torch.mul(k12, 2 * inv_sqrt_d).clamp_(-1 + _CLAMP, 1 - _CLAMP)
-    fdot = torch.addcmul(rho.new_ones(()), rho, rho, value=-1.0).clamp_(min=_CLAMP).rsqrt_()
+    rho = torch.mul(k12, 2 * inv_sqrt_d).clamp_(-1 + CLAMP, 1 - CLAMP)
+    fdot = torch.addcmul(rho.new_ones(()), rho, rho, value=-1.0).clamp_(min=CLAMP).rsqrt_()
     fdot.mul_((4 / math.pi) * inv_sqrt_d)
     f = rho.asin_().mul_(2 / math.pi)
     return f, fdot
@@ -70,7 +71,7 @@ def _identity_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tenso
 
 
 @dataclass(frozen=True)
-class Activation:
+class DualActivation:
     """A nonlinearity: finite ``apply`` and its ``dual`` (F, Ḟ) for kernels."""
 
     name: str
@@ -78,15 +79,15 @@ class Activation:
     dual: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
-ACTIVATIONS: dict[str, Activation] = {
-    "relu": Activation("relu", torch.relu, _relu_dual),
-    "erf": Activation("erf", torch.erf, _erf_dual),
-    "quadratic": Activation("quadratic", torch.square, _quadratic_dual),
-    "identity": Activation("identity", lambda x: x, _identity_dual),
+ACTIVATIONS: dict[str, DualActivation] = {
+    "relu": DualActivation("relu", torch.relu, _relu_dual),
+    "erf": DualActivation("erf", torch.erf, _erf_dual),
+    "quadratic": DualActivation("quadratic", torch.square, _quadratic_dual),
+    "identity": DualActivation("identity", lambda x: x, _identity_dual),
 }
 
 
-def get_activation(name: str) -> Activation:
+def get_activation(name: str) -> DualActivation:
     """Look up an activation by name (``relu``, ``erf``, ``quadratic``, ``identity``)."""
     try:
         return ACTIVATIONS[name]

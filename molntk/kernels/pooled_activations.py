@@ -34,31 +34,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from molntk.kernels.activations import _CLAMP, get_activation
+from molntk.kernels.activations import CLAMP, get_activation
+from molntk.kernels.arcsin import ASIN_COEFFICIENTS
 
-
-def _asin_series_tail(t: np.ndarray) -> np.ndarray:
-    """g(t) = Σ_{k≥1} C(2k,k) / (4^k (2k+1)) t^(k−1), so that arcsin x = x + x·t·g(t) at t = x².
-
-    Summed to 80 terms (all positive; for t ≤ 1/4 the tail beyond is below 1e-40)."""
-    out, term, coeff = np.zeros_like(t), np.ones_like(t), 0.5
-    for k in range(1, 80):
-        out += coeff / (2 * k + 1) * term
-        term = term * t
-        coeff *= (2 * k + 1) / (2 * k + 2)
-    return out
-
-
-def _asin_coefficients(degree: int = 12) -> tuple[float, ...]:
-    """Monomial coefficients of the least-squares fit to g on [0, 1/4] at Chebyshev points
-    (relative error ≈ 1e-17; the fit is what limits :func:`asin_poly` to ≈ 2 ulp)."""
-    t = 0.125 * (1 - np.cos(np.pi * (np.arange(4000) + 0.5) / 4000))
-    fit = np.polynomial.chebyshev.Chebyshev.fit(t, _asin_series_tail(t), degree, domain=[0.0, 0.25])
-    return tuple(float(c) for c in fit.convert(kind=np.polynomial.Polynomial).coef)
-
-
-#: Coefficients of g (:func:`asin_poly`), lowest degree first.
-ASIN_COEFFICIENTS = _asin_coefficients()
 _G = ASIN_COEFFICIENTS
 _HALF_PI = math.pi / 2
 #: fastmath flags: FMA contraction for the values; the sums over K may also be reassociated
@@ -74,8 +52,9 @@ def asin_poly(x: float) -> float:
     |x| ≤ 1/2:  arcsin x = x + x t g(t),                       t = x²;
     |x| > 1/2:  arcsin |x| = π/2 − 2 arcsin √t = π/2 − 2 (s + s t g(t)),   t = (1 − |x|)/2, s = √t,
 
-    with t ≤ 1/4 in both branches and g (:func:`_asin_series_tail`) a degree-12 polynomial
-    evaluated by Estrin's scheme."""
+    with t ≤ 1/4 in both branches and g (:func:`~molntk.kernels.arcsin.asin_series_tail`) the
+    degree-12 polynomial :data:`~molntk.kernels.arcsin.ASIN_COEFFICIENTS`, evaluated by
+    Estrin's scheme."""
     ax = abs(x)
     big = ax > 0.5
     t = (1.0 - ax) * 0.5 if big else ax * ax
@@ -99,8 +78,8 @@ def _erf_row(va, vb):
 @numba.njit(nogil=True, inline="always", fastmath=_FLAGS)
 def _erf_value(k, c, s):
     """erf at one point: F = (2/π) arcsin ρ, Ḟ = s (1 − ρ²)^{-1/2}, ρ = c K (clamped as in torch)."""
-    rho = min(max(k * c, -1.0 + _CLAMP), 1.0 - _CLAMP)
-    return (2.0 / math.pi) * asin_poly(rho), s / math.sqrt(max(1.0 - rho * rho, _CLAMP))
+    rho = min(max(k * c, -1.0 + CLAMP), 1.0 - CLAMP)
+    return (2.0 / math.pi) * asin_poly(rho), s / math.sqrt(max(1.0 - rho * rho, CLAMP))
 
 
 @numba.njit(nogil=True, inline="always", fastmath=_FLAGS)

@@ -6,11 +6,11 @@ accumulates
 
     F̄_p = Σ_k w_k F(K_pk; v_p, v'_p),       Θ̄_p = Σ_k w_k Θ_pk Ḟ(K_pk; v_p, v'_p),
 
-with the same per-pair constants, clamps and polynomial arcsin (:func:`asin_poly`'s
-coefficients, passed in as float64 values) as the CPU loop; values are read in their
-dtype and computed and summed in float64. The torch path makes about ten passes over the
-(P, K) values (each a read and a write); this makes one read (4× faster than the torch path
-on an H200; see :data:`BLOCK_ROWS`).
+with the same per-pair constants, clamps and polynomial arcsin
+(:data:`~molntk.kernels.arcsin.ASIN_COEFFICIENTS`, passed in as float64 values) as the CPU
+loop; values are read in their dtype and computed and summed in float64. The torch path
+makes about ten passes over the (P, K) values (each a read and a write); this makes one
+read (4× faster than the torch path on an H200; see :data:`BLOCK_ROWS`).
 
 Each row's sum is a sequence of tree reductions over fixed column blocks, so the result of a
 pair does not depend on the other rows of the call (blockwise kernels equal
@@ -29,8 +29,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from molntk.kernels.activations import _CLAMP
-from molntk.kernels.pooled_activations import ASIN_COEFFICIENTS
+from molntk.kernels.activations import CLAMP
+from molntk.kernels.arcsin import ASIN_COEFFICIENTS
 
 #: Activations with a Triton kernel (the codes passed to it).
 ACTIVATIONS = {"erf": 0, "relu": 1}
@@ -48,13 +48,13 @@ NUM_WARPS = 4
 #: The float64 constants the kernel loads (Python float literals in a Triton kernel would be
 #: rounded to float32): [0:13] the arcsin polynomial's coefficients, [13] π/2, [14] 2/π,
 #: [15] 4/π, [16] 1/(2π), [17] the clamp of the dual activations.
-CONSTANTS = (*ASIN_COEFFICIENTS, math.pi / 2, 2 / math.pi, 4 / math.pi, 1 / (2 * math.pi), _CLAMP)
+CONSTANTS = (*ASIN_COEFFICIENTS, math.pi / 2, 2 / math.pi, 4 / math.pi, 1 / (2 * math.pi), CLAMP)
 assert len(ASIN_COEFFICIENTS) == 13 and len(CONSTANTS) == 18
 
 
 @triton.jit
 def _asin(x, g0, g1, g2, g3, g4, g5, g6, g7, g8, g9, g10, g11, g12, half_pi):
-    """arcsin x for |x| ≤ 1 (the formula of :func:`asin_poly`, degree-12 g by Estrin)."""
+    """arcsin x for |x| ≤ 1 (the formula of :func:`~molntk.kernels.pooled_activations.asin_poly`, degree-12 g by Estrin)."""
     ax = tl.abs(x)
     big = ax > 0.5
     t = tl.where(big, (1.0 - ax) * 0.5, ax * ax)

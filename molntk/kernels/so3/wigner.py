@@ -55,7 +55,7 @@ _DEFAULT_DTYPE_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager
-def _float64_default():
+def float64_default():
     """e3nn builds its so(3) generators in the default dtype; build tables in float64."""
     with _DEFAULT_DTYPE_LOCK:
         old = torch.get_default_dtype()
@@ -68,7 +68,7 @@ def _float64_default():
 
 def wigner_blocks(band_limit: int, alpha: Tensor, beta: Tensor, gamma: Tensor) -> list[Tensor]:
     """D^l(α, β, γ) for l < L, each of shape (n, 2l+1, 2l+1), float64 (e3nn's Euler angles)."""
-    with _float64_default():
+    with float64_default():
         a, b, c = (torch.as_tensor(t, dtype=torch.float64).reshape(-1) for t in (alpha, beta, gamma))
         return [o3.wigner_D(l, a, b, c) for l in range(band_limit)]
 

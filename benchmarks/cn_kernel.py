@@ -2,7 +2,7 @@
 
 Architecture (the published C4 GCNN NTK): lifting 3×3 VALID → ReLU → group conv 3×3
 VALID → ReLU → group pool → Dense → ReLU → Dense; n = 1 is the CNN-GAP. Each row
-computes ``kernel_fn(x1, x2, get=("nngp", "ntk"))`` between two disjoint sets of N random
+computes ``kernel(x1, x2)`` (NNGP and NTK) between two disjoint sets of N random
 RGB images (the cost does not depend on the pixel values) and divides the wall time by
 N² (the self-pair pass that every kernel matrix needs is included). Every configuration
 runs in a fresh subprocess, so its peak RSS (``ru_maxrss``, including the ~0.3 GB of the
@@ -38,20 +38,20 @@ IMAGES = {"gcnn-c4": 16, "gcnn-c8": 6, "cnn-gap": 32}
 
 
 def run_row(spec: dict) -> dict:
-    """One configuration, in this process: time kernel_fn and report peak RSS."""
+    """One configuration, in this process: time kernel and report peak RSS."""
     device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
     net = gcnn(spec["n"], 2)
     g = torch.Generator().manual_seed(0)
     n_images, size = spec["images"], spec["size"]
     x1 = torch.randn(n_images, 3, size, size, generator=g, dtype=dtype).to(device)
     x2 = torch.randn(n_images, 3, size, size, generator=g, dtype=dtype).to(device)
-    net.kernel_fn(x1[:1], x2[:1])  # warm-up: lazy initialisation, thread pools, CUDA context
+    net.kernel(x1[:1], x2[:1])  # warm-up: lazy initialisation, thread pools, CUDA context
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     wall, cpu = time.perf_counter(), time.process_time()
-    kernels = net.kernel_fn(x1, x2, get=("nngp", "ntk"))
+    kernels = net.kernel(x1, x2)
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -68,7 +68,7 @@ def run_row(spec: dict) -> dict:
         "cpu_s_per_pair": cpu / pairs,
         "baseline_rss_mb": baseline,
         "threads": torch.get_num_threads(),
-        "finite": bool(torch.isfinite(kernels["ntk"]).all()),
+        "finite": bool(torch.isfinite(kernels.ntk).all()),
     }
     if device.type == "cuda":
         row["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20

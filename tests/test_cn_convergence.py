@@ -50,7 +50,7 @@ CASES = {
 def test_empirical_ntk_converges_like_inverse_sqrt_width(name):
     net, widths, seeds = CASES[name]
     x = torch.randn(3, 2, 6, 6, generator=torch.Generator().manual_seed(0), dtype=DT)
-    theta = net.kernel_fn(x, get="ntk")
+    theta = net.kernel(x).ntk
     log_errors = []
     for width in widths:
         errors = [

@@ -24,11 +24,11 @@ import torch
 
 from molntk.errors import InputError
 from molntk.kernels.cn import (
-    Activation,
+    Nonlinearity,
     Dense,
     Flatten,
     GroupConv,
-    Lifting,
+    Lift,
     augmented,
     cnn_flatten,
     cnn_gap,
@@ -37,7 +37,8 @@ from molntk.kernels.cn import (
     rotate_images,
     serial,
 )
-from molntk.kernels.cn.nonlinearity import _relu_slab
+from molntk.kernels.cn.nonlinearity import relu_slab
+from molntk.kernels.result import Kernels
 
 DT = torch.float64
 
@@ -49,13 +50,18 @@ def images(n: int, size: int = 7, channels: int = 2, seed: int = 0) -> torch.Ten
     return torch.randn(n, channels, size, size, generator=torch.Generator().manual_seed(seed), dtype=DT)
 
 
-def rel(a: dict, b: dict) -> float:
-    return max(float((a[k] - b[k]).abs().max() / b[k].abs().max()) for k in b)
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
 
 
-def assert_same(a: dict, b: dict, activation: str = "relu") -> None:
-    assert rel({"nngp": a["nngp"]}, {"nngp": b["nngp"]}) < 1e-13
-    assert rel({"ntk": a["ntk"]}, {"ntk": b["ntk"]}) < (1e-8 if activation == "relu" else 1e-13)
+def rel_kernels(a: Kernels, b: Kernels) -> float:
+    """Largest relative difference of the NNGP and NTK of two kernel results."""
+    return max(rel(a.nngp, b.nngp), rel(a.ntk, b.ntk))
+
+
+def assert_same(a: Kernels, b: Kernels, activation: str = "relu") -> None:
+    assert rel(a.nngp, b.nngp) < 1e-13
+    assert rel(a.ntk, b.ntk) < (1e-8 if activation == "relu" else 1e-13)
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 6, 8])
@@ -64,7 +70,7 @@ def assert_same(a: dict, b: dict, activation: str = "relu") -> None:
 def test_orbit_reduction_equals_direct_recursion(n, padding, activation):
     x, y = images(2, 6, seed=1), images(2, 6, seed=2)
     net = gcnn(n, 2, padding=padding, activation=activation, sigma_b=0.3)
-    assert_same(net.kernel_fn(x, y), net.kernel_fn(x, y, symmetry=False), activation)
+    assert_same(net.kernel(x, y), net.kernel(x, y, symmetry=False), activation)
 
 
 @pytest.mark.parametrize("activation", ["relu", "erf"])
@@ -76,19 +82,19 @@ def test_orbit_reduction_per_rotation_head_and_non_square(activation):
     )
     for net in nets:
         assert net.orbit(7, 9) == 2
-        assert_same(net.kernel_fn(x), net.kernel_fn(x, symmetry=False), activation)
+        assert_same(net.kernel(x), net.kernel(x, symmetry=False), activation)
 
 
 @pytest.mark.parametrize("n", [4, 8])
 def test_orbit_reduction_with_flatten_readout(n):
     x = images(3, 6, seed=17)
-    net = serial(Lifting(n, 3, "same"), Activation("relu"), GroupConv(n, 3), Activation("relu"), Flatten(), Dense(out=1))
-    assert_same(net.kernel_fn(x), net.kernel_fn(x, symmetry=False))
+    net = serial(Lift(n, 3, "same"), Nonlinearity("relu"), GroupConv(n, 3), Nonlinearity("relu"), Flatten(), Dense(out=1))
+    assert_same(net.kernel(x), net.kernel(x, symmetry=False))
 
 
 def test_network_must_end_in_one_vector_per_image():
     with pytest.raises(ValueError, match="one vector per image"):
-        serial(Lifting(4), Activation("relu"), Dense(out=1)).kernel_fn(images(1, 5))
+        serial(Lift(4), Nonlinearity("relu"), Dense(out=1)).kernel(images(1, 5))
 
 
 def test_relu_slab_torch_and_numpy_paths_agree():
@@ -102,7 +108,7 @@ def test_relu_slab_torch_and_numpy_paths_agree():
     for xp, convert in ((torch, lambda t: t.clone()), (np, lambda t: t.clone().numpy())):
         out_k, out_t = convert(k), convert(torch.empty_like(k))
         temps = [convert(torch.empty_like(k)) for _ in range(3)]
-        _relu_slab(xp, out_k, convert(theta), *(convert(f) for f in factors), out_t, *temps)
+        relu_slab(xp, out_k, convert(theta), *(convert(f) for f in factors), out_t, *temps)
         results.append((torch.as_tensor(out_k), torch.as_tensor(out_t)))
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-14, atol=1e-15)
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-14, atol=1e-15)
@@ -113,15 +119,15 @@ def test_relu_slab_torch_and_numpy_paths_agree():
 def test_quarter_turns_leave_pooled_kernels_unchanged(n, padding):
     x, y = images(3, 8, seed=4), images(2, 8, seed=5)
     net = gcnn(n, 2, padding=padding, sigma_b=0.1)
-    base = net.kernel_fn(x, y)
-    turned = net.kernel_fn(torch.rot90(x, 1, (-2, -1)), torch.rot90(y, 2, (-2, -1)))
+    base = net.kernel(x, y)
+    turned = net.kernel(torch.rot90(x, 1, (-2, -1)), torch.rot90(y, 2, (-2, -1)))
     assert_same(turned, base)
 
 
 def test_cnn_is_not_rotation_invariant():
     x, y = images(2, 8, seed=6), images(2, 8, seed=7)
     net = cnn_gap(2)
-    assert rel(net.kernel_fn(x, torch.rot90(y, 1, (-2, -1))), net.kernel_fn(x, y)) > 1e-3
+    assert rel_kernels(net.kernel(x, torch.rot90(y, 1, (-2, -1))), net.kernel(x, y)) > 1e-3
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -129,19 +135,19 @@ def test_cnn_is_not_rotation_invariant():
 def test_augmented_cnn_equals_gcnn(n, padding):
     x, y = images(2, 8, seed=8), images(3, 8, seed=9)
     options = dict(padding=padding, sigma_b=0.2)
-    linear = gcnn(n, 2, head=0, **options).kernel_fn(x, y)
-    assert_same(linear, augmented(cnn_gap(2, head=0, **options), n).kernel_fn(x, y))
-    per_rotation = gcnn(n, 2, per_rotation_head=True, **options).kernel_fn(x, y)
-    assert_same(per_rotation, augmented(cnn_gap(2, **options), n).kernel_fn(x, y))
+    linear = gcnn(n, 2, head=0, **options).kernel(x, y)
+    assert_same(linear, augmented(cnn_gap(2, head=0, **options), n).kernel(x, y))
+    per_rotation = gcnn(n, 2, per_rotation_head=True, **options).kernel(x, y)
+    assert_same(per_rotation, augmented(cnn_gap(2, **options), n).kernel(x, y))
 
 
 def test_augmentation_identity_not_exact_for_published_ordering_and_interpolated_rotations():
     """Measured on these inputs: published ordering ≈ 2e-2, C8 with bilinear image rotation ≈ 2e-1."""
     x, y = images(2, 8, seed=8), images(3, 8, seed=9)
-    aug = augmented(cnn_gap(2, sigma_b=0.2), 4).kernel_fn(x, y)
-    assert 1e-3 < rel(gcnn(4, 2, sigma_b=0.2).kernel_fn(x, y), aug) < 0.1
-    aug8 = augmented(cnn_gap(2, head=0, sigma_b=0.2), 8).kernel_fn(x, y)
-    assert rel(gcnn(8, 2, head=0, sigma_b=0.2).kernel_fn(x, y), aug8) > 1e-2
+    aug = augmented(cnn_gap(2, sigma_b=0.2), 4).kernel(x, y)
+    assert 1e-3 < rel_kernels(gcnn(4, 2, sigma_b=0.2).kernel(x, y), aug) < 0.1
+    aug8 = augmented(cnn_gap(2, head=0, sigma_b=0.2), 8).kernel(x, y)
+    assert rel_kernels(gcnn(8, 2, head=0, sigma_b=0.2).kernel(x, y), aug8) > 1e-2
 
 
 def test_rotate_images_matches_rot90_and_orbit_average_for_quarter_turns():
@@ -159,12 +165,12 @@ def test_rotate_images_matches_rot90_and_orbit_average_for_quarter_turns():
 )
 def test_gram_matrices_symmetric_and_psd(net):
     x = images(7, 7, seed=11)
-    gram = net.kernel_fn(x)
-    cross = net.kernel_fn(x, x.clone())
+    gram = net.kernel(x)
+    cross = net.kernel(x, x.clone())
     for kind in ("nngp", "ntk"):
-        k = gram[kind]
+        k = getattr(gram, kind)
         assert torch.equal(k, k.T)
-        torch.testing.assert_close(cross[kind], k, rtol=1e-13, atol=0)
+        torch.testing.assert_close(getattr(cross, kind), k, rtol=1e-13, atol=0)
         eig = torch.linalg.eigvalsh(k)
         assert eig.min() > -1e-12 * eig.max()
 
@@ -172,40 +178,39 @@ def test_gram_matrices_symmetric_and_psd(net):
 def test_cross_kernel_transposes():
     x, y = images(3, 7, seed=12), images(4, 7, seed=13)
     net = gcnn(4, 2, sigma_b=0.2)
-    torch.testing.assert_close(net.kernel_fn(x, y, "ntk"), net.kernel_fn(y, x, "ntk").T, rtol=1e-13, atol=0)
+    torch.testing.assert_close(net.kernel(x, y).ntk, net.kernel(y, x).ntk.T, rtol=1e-13, atol=0)
 
 
 def test_chunking_and_dtype_do_not_change_the_kernel():
     x, y = images(5, 8, seed=14), images(3, 8, seed=15)
     net = gcnn(4, 2, sigma_b=0.2)
-    whole = net.kernel_fn(x, y)
-    assert_same(net.kernel_fn(x, y, memory_mb=1e-3), whole)
-    assert_same(net.kernel_fn(x, memory_mb=1e-3), net.kernel_fn(x))
-    single = net.kernel_fn(x.float(), y.float())
-    assert single["ntk"].dtype == torch.float32
-    assert rel({k: v.double() for k, v in single.items()}, whole) < 1e-5
+    whole = net.kernel(x, y)
+    assert_same(net.kernel(x, y, memory_mb=1e-3), whole)
+    assert_same(net.kernel(x, memory_mb=1e-3), net.kernel(x))
+    single = net.kernel(x.float(), y.float())
+    assert single.ntk.dtype == torch.float32
+    assert rel_kernels(Kernels(single.nngp.double(), single.ntk.double()), whole) < 1e-5
 
 
-def test_get_selects_kernels():
+def test_ntk_false_computes_only_the_nngp():
     x = images(2, 6, seed=16)
     net = gcnn(4, 2)
-    both = net.kernel_fn(x)
-    assert torch.equal(net.kernel_fn(x, get="nngp"), both["nngp"])
-    assert set(net.kernel_fn(x, get=("ntk",))) == {"ntk"}
-    with pytest.raises(ValueError):
-        net.kernel_fn(x, get="gp")
+    both = net.kernel(x)
+    nngp_only = net.kernel(x, ntk=False)
+    assert torch.equal(nngp_only.nngp, both.nngp)
+    assert nngp_only.ntk is None
 
 
 def test_bad_inputs_raise_input_error():
     net = gcnn(4, 2)
     with pytest.raises(InputError, match="x1"):
-        net.kernel_fn(torch.zeros(3, 8, 8, dtype=DT))
+        net.kernel(torch.zeros(3, 8, 8, dtype=DT))
     with pytest.raises(InputError, match="x2"):
-        net.kernel_fn(images(2, 8), images(2, 9))
+        net.kernel(images(2, 8), images(2, 9))
     with pytest.raises(InputError, match="NaN"):
-        net.kernel_fn(torch.full((1, 1, 8, 8), math.nan, dtype=DT))
+        net.kernel(torch.full((1, 1, 8, 8), math.nan, dtype=DT))
     with pytest.raises(InputError, match="too small"):
-        net.kernel_fn(images(2, 4))
+        net.kernel(images(2, 4))
     with pytest.raises(ValueError):
         gcnn(4, 2, k=2)
     with pytest.raises(ValueError):

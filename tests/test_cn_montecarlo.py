@@ -13,12 +13,12 @@ import torch
 from torch.func import functional_call, vmap
 
 from molntk.kernels.cn import (
-    Activation,
+    Nonlinearity,
     Dense,
     Flatten,
-    GlobalPool,
+    Pool,
     GroupConv,
-    Lifting,
+    Lift,
     RotationPool,
     SpatialPool,
     serial,
@@ -33,25 +33,25 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 NETWORKS = {
     "c8-same": serial(
-        Lifting(8, 3, "same", sigma_w=1.2, sigma_b=0.3),
-        Activation("relu"),
+        Lift(8, 3, "same", sigma_w=1.2, sigma_b=0.3),
+        Nonlinearity("relu"),
         GroupConv(8, 3, "same", sigma_w=0.8, sigma_b=0.2),
-        GlobalPool(),
+        Pool(),
         Dense(out=1, sigma_w=1.1, sigma_b=0.1),
     ),
     "c4-per-rotation": serial(
-        Lifting(4, 3, "valid", sigma_b=0.2),
-        Activation("erf"),
+        Lift(4, 3, "valid", sigma_b=0.2),
+        Nonlinearity("erf"),
         GroupConv(4, 3, "valid"),
         SpatialPool(),
         Dense(out=1, sigma_b=0.3),
         RotationPool(),
     ),
     "c3-circular": serial(
-        Lifting(3, 3, "circular"), Activation("relu"), GroupConv(3, 3, "circular"), GlobalPool(), Dense(out=1)
+        Lift(3, 3, "circular"), Nonlinearity("relu"), GroupConv(3, 3, "circular"), Pool(), Dense(out=1)
     ),
-    "cnn-flatten": serial(Lifting(1, 3, "valid", sigma_b=0.5), Activation("relu"), Flatten(), Dense(out=1)),
-    "mlp": serial(Flatten(), Dense(sigma_w=1.5, sigma_b=0.2), Activation("erf"), Dense(out=1)),
+    "cnn-flatten": serial(Lift(1, 3, "valid", sigma_b=0.5), Nonlinearity("relu"), Flatten(), Dense(out=1)),
+    "mlp": serial(Flatten(), Dense(sigma_w=1.5, sigma_b=0.2), Nonlinearity("erf"), Dense(out=1)),
 }
 
 
@@ -67,7 +67,7 @@ def sample_outputs(net, x: torch.Tensor, width: int, samples: int) -> torch.Tens
 def test_monte_carlo_nngp(name):
     net = NETWORKS[name]
     x = torch.randn(4, 2, 6, 6, generator=torch.Generator().manual_seed(7), dtype=DT)
-    kernel = net.kernel_fn(x, get="nngp")
+    kernel = net.kernel(x, ntk=False).nngp
     f = sample_outputs(net, x, width=3, samples=SAMPLES)
     products = f[:, :, None] * f[:, None, :]
     mean = products.mean(0)

@@ -16,9 +16,9 @@ import torch
 from torch.func import functional_call, jacrev
 
 from molntk.kernels.activations import get_activation
-from molntk.kernels.cn import Activation, GroupConv, Lifting, filter_rotations
+from molntk.kernels.cn import Nonlinearity, GroupConv, Lift, filter_rotations
 from molntk.kernels.cn.nonlinearity import relu_maps
-from molntk.kernels.cn.state import Inputs, KernelState
+from molntk.kernels.cn.state import InputPair, KernelState
 
 DT = torch.float64
 
@@ -52,9 +52,9 @@ def unreduced(state: KernelState) -> torch.Tensor:
 @pytest.mark.parametrize("padding", ["valid", "same", "circular"])
 def test_lifting_rule_is_the_finite_covariance(n, padding):
     x = torch.randn(3, 2, 7, 7, generator=torch.Generator().manual_seed(n), dtype=DT)
-    layer = Lifting(n, 3, padding, sigma_w=1.3, sigma_b=0.4)
-    module, _ = layer.module((2, 7, 7), 1, torch.Generator().manual_seed(0), DT)
-    state = layer.kernel_inputs(Inputs(x[:, None], x[None], orbit=1), ntk=True)
+    layer = Lift(n, 3, padding, sigma_w=1.3, sigma_b=0.4)
+    module, _ = layer.finite((2, 7, 7), 1, torch.Generator().manual_seed(0), DT)
+    state = layer.kernel_inputs(InputPair(x[:, None], x[None], orbit=1), ntk=True)
     expected = finite_covariance(module, x)
     rule = state.nngp[:, :, 0].permute(0, 2, 4, 6, 1, 3, 5, 7)
     torch.testing.assert_close(rule, expected, rtol=1e-12, atol=1e-12)
@@ -67,7 +67,7 @@ def test_group_conv_rule_is_the_finite_covariance(n, padding):
     g = torch.Generator().manual_seed(10 + n)
     y = torch.randn(3, 4, n, 6, 6, generator=g, dtype=DT)
     layer = GroupConv(n, 3, padding, sigma_w=0.9, sigma_b=0.3)
-    module, _ = layer.module((4, n, 6, 6), 1, torch.Generator().manual_seed(1), DT)
+    module, _ = layer.finite((4, n, 6, 6), 1, torch.Generator().manual_seed(1), DT)
     expected = finite_covariance(module, y)
     out = layer.kernel(state_from_features(y))
     torch.testing.assert_close(unreduced(out), expected, rtol=1e-12, atol=1e-12)
@@ -95,7 +95,7 @@ def test_activation_rule_matches_dual(name):
     f, fdot = get_activation(name).dual(state.nngp, v1, v2)
     expected_ntk = state.ntk * fdot
     cos = state.nngp / (v1 * v2).sqrt()
-    out = Activation(name).kernel(state.with_(nngp=state.nngp.clone(), ntk=state.ntk.clone()))
+    out = Nonlinearity(name).kernel(state.with_(nngp=state.nngp.clone(), ntk=state.ntk.clone()))
     torch.testing.assert_close(out.nngp, f, rtol=1e-13, atol=1e-13)
     regular = cos.abs() < 1 - 1e-6  # ReLU's Ḟ has a square-root singularity at |cos ψ| = 1
     torch.testing.assert_close(out.ntk[regular], expected_ntk[regular], rtol=1e-13, atol=1e-13)

@@ -6,11 +6,14 @@ sees only coefficients; real QM9 environments are used in test_so3_molecules.py)
 
 from __future__ import annotations
 
+import doctest
+
 import numpy as np
 import pytest
 import torch
 from e3nn import o3
 
+import molntk.kernels.so3.network as so3_network
 from molntk.kernels.activations import get_activation
 from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
 from molntk.kernels.so3.wigner import coeff_slices, wigner_blocks
@@ -138,7 +141,7 @@ def test_empirical_ntk_converges_to_exact_kernel_like_inverse_sqrt_width():
         errors = []
         for seed in range(6):
             torch.manual_seed(seed)
-            emp = empirical_ntk(FULL.finite(3, width, ctx), x)
+            emp = empirical_ntk(FULL.finite(tuple(x.shape[1:]), width, ctx), x)
             errors.append(float((emp - theta).norm() / theta.norm()))
         medians.append(np.median(errors))
     slope = np.polyfit(np.log(widths), np.log(medians), 1)[0]
@@ -156,7 +159,7 @@ def test_monte_carlo_nngp_of_full_network_matches_exact_nngp():
     ctx = FULL.discretisation(SO3Grid(2), "exact")
     exact = FULL.kernel(x, ctx=ctx, ntk=False).nngp
     width = 256
-    mean, se = monte_carlo_nngp(lambda: FULL.finite(3, width, ctx), x, n_samples=400, seed=0)
+    mean, se = monte_carlo_nngp(lambda: FULL.finite(tuple(x.shape[1:]), width, ctx), x, n_samples=400, seed=0)
     bias = 3 / width * exact.abs().max()
     assert ((mean - exact).abs() <= 4 * se + bias).all(), (mean, exact, se)
 
@@ -349,3 +352,9 @@ def test_float32_kernels_agree_with_float64(mode):
     k32 = net.kernel(x, ctx=net.discretisation(SO3Grid(3), mode, dtype=torch.float32)).ntk
     assert k32.dtype == torch.float32
     assert float((k32.double() - k64).abs().max() / k64.abs().max()) < 1e-5
+
+
+def test_network_docstring_example_runs():
+    """The example of molntk.kernels.so3.network's docstring runs and shows what it prints."""
+    result = doctest.testmod(so3_network)
+    assert result.attempted >= 7 and result.failed == 0

@@ -45,7 +45,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from molntk.config import ImageClassificationConfig, ImageNetworkConfig
-from molntk.kernels.cn import Augmented, Network, augmented, cnn_flatten, cnn_gap, gcnn, mlp, rotate_images
+from molntk.kernels.cn import Augmented, CnNetwork, augmented, cnn_flatten, cnn_gap, gcnn, mlp, rotate_images
 from molntk.pipelines.classification import confusion_matrix, fit_predict, orbit_same_predictions, plot_confusion
 from molntk.pipelines.image_data import load_image_split
 from molntk.pipelines.report import (
@@ -56,7 +56,7 @@ from molntk.pipelines.report import (
     write_report,
 )
 
-Kernel = Network | Augmented
+Kernel = CnNetwork | Augmented
 
 #: Columns of the terminal table: (record key, header, format).
 TABLE_COLUMNS = [
@@ -122,14 +122,14 @@ def model_kernels(
     for i, r in enumerate(rows):
         for c in rows[i:]:
             other = None if c == r else x_train[c]
-            part = kernel.kernel_fn(x_train[r], other, get="ntk", memory_mb=memory_mb).cpu().double().numpy()
+            part = kernel.kernel(x_train[r], other, memory_mb=memory_mb).ntk.cpu().double().numpy()
             train[r, c] = part
             train[c, r] = part.T
             rows_in, cols_in = r.stop - r.start, c.stop - c.start
             advance(rows_in * cols_in if c != r else rows_in * (rows_in + 1) // 2)
     test = np.empty((x_eval.shape[0], n))
     for r in _blocks(x_eval.shape[0], block):
-        test[r] = kernel.kernel_fn(x_eval[r], x_train, get="ntk", memory_mb=memory_mb).cpu().double().numpy()
+        test[r] = kernel.kernel(x_eval[r], x_train, memory_mb=memory_mb).ntk.cpu().double().numpy()
         advance((r.stop - r.start) * n)
     return train, test
 

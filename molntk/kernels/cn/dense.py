@@ -29,9 +29,11 @@ class Dense:
         ntk = None if state.ntk is None else torch.add(nngp, state.ntk, alpha=self.sigma_w**2)
         return KernelState(nngp=nngp, ntk=ntk, orbit=state.orbit, spatial=state.spatial)
 
-    def module(self, shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype):
+    def finite(
+        self, in_shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype
+    ) -> tuple[nn.Module, tuple[int, ...]]:
         out = self.out if self.out is not None else width
-        return DenseModule(shape[0], out, self, generator, dtype), (out, *shape[1:])
+        return DenseModule(in_shape[0], out, self, generator, dtype), (out, *in_shape[1:])
 
 
 class DenseModule(nn.Module):

@@ -17,33 +17,33 @@ head sees the orbit-averaged covariance instead of averaging the head's outputs.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import Tensor
 
+from molntk.kernels.cn.conv import GroupConv
 from molntk.kernels.cn.dense import Dense
-from molntk.kernels.cn.group_conv import GroupConv
-from molntk.kernels.cn.lifting import Lifting
-from molntk.kernels.cn.network import KINDS, Network, as_images, serial
-from molntk.kernels.cn.nonlinearity import Activation
-from molntk.kernels.cn.pooling import Flatten, GlobalPool, RotationPool, SpatialPool
+from molntk.kernels.cn.lift import Lift
+from molntk.kernels.cn.network import CnNetwork, as_images, serial
+from molntk.kernels.cn.nonlinearity import Nonlinearity
+from molntk.kernels.cn.pool import Flatten, Pool, RotationPool, SpatialPool
 from molntk.kernels.cn.rotations import rotate_images
+from molntk.kernels.result import Kernels
 
 
 def _head(head: int, activation: str, sigma_w: float, sigma_b: float) -> list:
     layers = []
     for _ in range(head):
-        layers += [Dense(sigma_w=sigma_w, sigma_b=sigma_b), Activation(activation)]
+        layers += [Dense(sigma_w=sigma_w, sigma_b=sigma_b), Nonlinearity(activation)]
     return layers + [Dense(out=1, sigma_w=sigma_w, sigma_b=sigma_b)]
 
 
 def _convolutions(n: int, depth: int, k: int, padding: str, activation: str, sigma_w: float, sigma_b: float) -> list:
     if depth < 1:
         raise ValueError(f"depth must be at least 1, got {depth}")
-    layers = [Lifting(n, k, padding, sigma_w, sigma_b), Activation(activation)]
+    layers = [Lift(n, k, padding, sigma_w, sigma_b), Nonlinearity(activation)]
     for _ in range(depth - 1):
-        layers += [GroupConv(n, k, padding, sigma_w, sigma_b), Activation(activation)]
+        layers += [GroupConv(n, k, padding, sigma_w, sigma_b), Nonlinearity(activation)]
     return layers
 
 
@@ -58,7 +58,7 @@ def gcnn(
     per_rotation_head: bool = False,
     sigma_w: float = 1.0,
     sigma_b: float = 0.0,
-) -> Network:
+) -> CnNetwork:
     """C_n GCNN: lifting, depth − 1 group convolutions, pooling, ``head`` hidden Dense layers, readout.
 
     ``per_rotation_head``: pool over space only, apply the head to each rotation's vector
@@ -69,11 +69,11 @@ def gcnn(
     if per_rotation_head:
         layers += [SpatialPool(), *_head(head, activation, sigma_w, sigma_b), RotationPool()]
     else:
-        layers += [GlobalPool(), *_head(head, activation, sigma_w, sigma_b)]
+        layers += [Pool(), *_head(head, activation, sigma_w, sigma_b)]
     return serial(*layers)
 
 
-def cnn_gap(depth: int = 2, **options) -> Network:
+def cnn_gap(depth: int = 2, **options) -> CnNetwork:
     """CNN with global average pooling: ``gcnn(n=1, ...)``."""
     return gcnn(1, depth, **options)
 
@@ -87,13 +87,13 @@ def cnn_flatten(
     head: int = 0,
     sigma_w: float = 1.0,
     sigma_b: float = 0.0,
-) -> Network:
+) -> CnNetwork:
     """CNN whose feature maps are flattened into the Dense head (no pooling)."""
     layers = _convolutions(1, depth, k, padding, activation, sigma_w, sigma_b)
     return serial(*layers, Flatten(), *_head(head, activation, sigma_w, sigma_b))
 
 
-def mlp(depth: int = 2, *, activation: str = "relu", sigma_w: float = 1.0, sigma_b: float = 0.0) -> Network:
+def mlp(depth: int = 2, *, activation: str = "relu", sigma_w: float = 1.0, sigma_b: float = 0.0) -> CnNetwork:
     """MLP on flattened images: depth hidden Dense layers, then the readout."""
     return serial(Flatten(), *_head(depth, activation, sigma_w, sigma_b))
 
@@ -107,27 +107,22 @@ class Augmented:
     symmetric kernel) only for n ∈ {1, 2, 4} on square images.
     """
 
-    network: Network
+    network: CnNetwork
     n: int
 
-    def kernel_fn(
-        self, x1: Tensor, x2: Tensor | None = None, get: str | Sequence[str] = KINDS, **options
-    ) -> Tensor | dict[str, Tensor]:
-        """Same signature and result as :meth:`Network.kernel_fn`."""
+    def kernel(self, x1: Tensor, x2: Tensor | None = None, *, ntk: bool = True, **options) -> Kernels:
+        """K_aug and (if ``ntk``) Θ_aug (N1, N2); ``options`` as for :meth:`CnNetwork.kernel`."""
         x1 = as_images(x1, "x1")
         x2 = x1 if x2 is None else as_images(x2, "x2").to(dtype=x1.dtype, device=x1.device)
-        kinds = (get,) if isinstance(get, str) else tuple(get)
-        total: dict[str, Tensor] = {}
+        nngp, theta = 0, 0
         for g in range(self.n):
-            rotated = rotate_images(x2, 2 * math.pi * g / self.n)
-            part = self.network.kernel_fn(x1, rotated, kinds, **options)
-            for kind in kinds:
-                total[kind] = total[kind] + part[kind] if kind in total else part[kind]
-        out = {kind: value / self.n for kind, value in total.items()}
-        return out[kinds[0]] if isinstance(get, str) else out
+            part = self.network.kernel(x1, rotate_images(x2, 2 * math.pi * g / self.n), ntk=ntk, **options)
+            nngp = nngp + part.nngp
+            theta = theta + part.ntk if ntk else None
+        return Kernels(nngp=nngp / self.n, ntk=theta / self.n if ntk else None)
 
 
-def augmented(network: Network, n: int) -> Augmented:
+def augmented(network: CnNetwork, n: int) -> Augmented:
     """The C_n orbit average of ``network``'s kernel (see :class:`Augmented`)."""
     if n < 1:
         raise ValueError(f"the orbit size n must be at least 1, got {n}")

@@ -1,11 +1,11 @@
 """Composing C_n ⋉ R² layers (like neural-tangents' ``serial``) into kernels and finite nets.
 
-    net = serial(Lifting(4), Activation("relu"), GroupConv(4), Activation("relu"),
-                 GlobalPool(), Dense(), Activation("relu"), Dense(out=1))
-    k = net.kernel_fn(x1, x2, get=("nngp", "ntk"))     # {"nngp": (N1, N2), "ntk": (N1, N2)}
-    f = net.finite((C, H, W), width=256, seed=0)       # torch module (N, C, H, W) → (N, 1)
+    net = serial(Lift(4), Nonlinearity("relu"), GroupConv(4), Nonlinearity("relu"),
+                 Pool(), Dense(), Nonlinearity("relu"), Dense(out=1))
+    k = net.kernel(x1, x2)                          # PooledKernel: k.nngp, k.ntk (N1, N2)
+    f = net.finite((C, H, W), width=256, seed=0)    # torch module (N, C, H, W) → (N, 1)
 
-The kernel of ``finite`` as width → ∞ is ``kernel_fn``. Evaluation: the self-pair
+The kernel of ``finite`` as width → ∞ is ``kernel``. Evaluation: the self-pair
 states (f, f) of every image are run first and give the self-variances that the
 nonlinearities need; then the cross pairs run in chunks whose size follows a memory
 budget. By default the states are orbit blocks under the exact grid rotations
@@ -16,23 +16,22 @@ Works on CPU and CUDA, float32 and float64 (those of x1).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from molntk.errors import InputError
+from molntk.kernels.cn.conv import GroupConv
 from molntk.kernels.cn.dense import Dense
-from molntk.kernels.cn.group_conv import GroupConv
-from molntk.kernels.cn.lifting import Lifting
-from molntk.kernels.cn.nonlinearity import Activation
-from molntk.kernels.cn.pooling import Flatten, GlobalPool, RotationPool, SpatialPool
-from molntk.kernels.cn.spatial import output_size
-from molntk.kernels.cn.state import Buffers, Inputs, KernelState
+from molntk.kernels.cn.lift import Lift
+from molntk.kernels.cn.nonlinearity import Nonlinearity
+from molntk.kernels.cn.pool import Flatten, Pool, RotationPool, SpatialPool
+from molntk.kernels.cn.state import Buffers, InputPair, KernelState
+from molntk.kernels.result import PooledKernel
 
-Layer = Lifting | GroupConv | Activation | Dense | GlobalPool | SpatialPool | RotationPool | Flatten
-KINDS = ("nngp", "ntk")
+Layer = Lift | GroupConv | Nonlinearity | Dense | Pool | SpatialPool | RotationPool | Flatten
 #: Simultaneously live site-pair tensors per image pair (state, duals, sums, padding).
 _LIVE_TENSORS = 8
 
@@ -49,31 +48,23 @@ def as_images(x: object, name: str) -> Tensor:
     return x
 
 
-def _kinds(get: str | Sequence[str]) -> tuple[str, ...]:
-    kinds = (get,) if isinstance(get, str) else tuple(get)
-    unknown = [kind for kind in kinds if kind not in KINDS]
-    if unknown or not kinds:
-        raise ValueError(f"get must name some of {KINDS}, got {get!r}")
-    return kinds
-
-
 def _chunks(n: int, size: int) -> Iterator[slice]:
     for start in range(0, n, size):
         yield slice(start, min(start + size, n))
 
 
 @dataclass(frozen=True)
-class Network:
-    """A serial network: Lifting or Flatten first, a pooled (or flattened) Dense readout last."""
+class CnNetwork:
+    """A serial network: Lift or Flatten first, a pooled (or flattened) Dense readout last."""
 
     layers: tuple[Layer, ...]
 
     def __post_init__(self) -> None:
         layers = self.layers
-        if not layers or not isinstance(layers[0], (Lifting, Flatten)):
-            raise ValueError("a network starts with Lifting (images → feature maps) or Flatten (images → vectors)")
-        if any(isinstance(layer, Lifting) for layer in layers[1:]):
-            raise ValueError("Lifting can only be the first layer")
+        if not layers or not isinstance(layers[0], (Lift, Flatten)):
+            raise ValueError("a network starts with Lift (images → feature maps) or Flatten (images → vectors)")
+        if any(isinstance(layer, Lift) for layer in layers[1:]):
+            raise ValueError("Lift can only be the first layer")
         bad = [layer.n for layer in layers if isinstance(layer, GroupConv) and layer.n != self.n]
         if bad:
             raise ValueError(f"GroupConv(n={bad[0]}) in a network lifted to n = {self.n}")
@@ -81,7 +72,7 @@ class Network:
     @property
     def n(self) -> int:
         """Order of the rotation group of the feature maps (1 for CNNs and MLPs)."""
-        return self.layers[0].n if isinstance(self.layers[0], Lifting) else 1
+        return self.layers[0].n if isinstance(self.layers[0], Lift) else 1
 
     def orbit(self, h: int, w: int, symmetry: bool = True) -> int:
         """q₀ = gcd(n, 4) on square grids, gcd(n, 2) otherwise; 1 without ``symmetry``."""
@@ -93,32 +84,35 @@ class Network:
         """InputError if (h, w) images shrink to nothing under the VALID convolutions."""
         size = (h, w)
         for layer in self.layers:
-            if isinstance(layer, (Lifting, GroupConv)):
-                size = tuple(output_size(n, layer.k, layer.padding) for n in size)
+            if isinstance(layer, (Lift, GroupConv)):
+                size = layer.out_spatial(*size)
                 if min(size) < 1:
                     raise InputError("x1", f"images of {h}×{w} pixels are too small for the network's convolutions")
 
     def _site_pairs(self, h: int, w: int, orbit: int) -> int:
         """Largest number of site-pair entries per image pair (right after lifting)."""
         first = self.layers[0]
-        if not isinstance(first, Lifting):
+        if not isinstance(first, Lift):
             return 1
         p = self.n // orbit
-        sites = output_size(h, first.k, first.padding) * output_size(w, first.k, first.padding)
+        sites = math.prod(first.out_spatial(h, w))
         return orbit * p * p * sites**2
 
-    def _run(self, inputs: Inputs, ntk: bool, variances: Callable[[int, KernelState], KernelState]) -> KernelState:
+    def _run(self, inputs: InputPair, ntk: bool, variances: Callable[[int, KernelState], KernelState]) -> KernelState:
         state = self.layers[0].kernel_inputs(inputs, ntk)
         for i, layer in enumerate(self.layers[1:], start=1):
-            state = variances(i, state) if isinstance(layer, Activation) else state
+            state = variances(i, state) if isinstance(layer, Nonlinearity) else state
             state = layer.kernel(state.with_(buffers=inputs.buffers, layer=i))
         if state.spatial or state.nngp.shape[2:] != (1, 1, 1):
             raise ValueError("the network output is not one vector per image: end with a pooled Dense readout")
         return state
 
-    def _self_variances(self, x: Tensor, orbit: int, chunk: int) -> list[Tensor]:
-        """Per layer i ≥ 1: self-variances K_{f,f}((x, s), (x, s)) (N, p, *S) of its input."""
+    def _self_kernels(self, x: Tensor, orbit: int, chunk: int) -> tuple[list[Tensor], Tensor]:
+        """The self-pair states (f, f) of every image, run once: per layer i ≥ 1 the
+        self-variances K_{f,f}((x, s), (x, s)) (N, p, *S) of its input, and the output
+        self-kernel K(f, f) (N,)."""
         parts: list[list[Tensor]] = [[] for _ in self.layers]
+        outputs = []
 
         def record(i: int, state: KernelState) -> KernelState:
             diagonal = state.diagonal()
@@ -128,26 +122,28 @@ class Network:
         buffers = Buffers()
         for rows in _chunks(x.shape[0], chunk):
             images = x[rows, None]
-            self._run(Inputs(images, images, orbit, buffers), ntk=False, variances=record)
-        return [torch.cat(p) if p else x.new_empty(0) for p in parts]
+            state = self._run(InputPair(images, images, orbit, buffers), ntk=False, variances=record)
+            outputs.append(state.nngp.reshape(-1).clone())
+        variances = [torch.cat(p) if p else x.new_empty(0) for p in parts]
+        return variances, torch.cat(outputs) if outputs else x.new_empty(0)
 
-    def kernel_fn(
+    def kernel(
         self,
         x1: Tensor,
         x2: Tensor | None = None,
-        get: str | Sequence[str] = KINDS,
         *,
+        ntk: bool = True,
         symmetry: bool = True,
         memory_mb: float = 768.0,
-    ) -> Tensor | dict[str, Tensor]:
-        """Infinite-width kernels between images x1 (N1, C, H, W) and x2 (N2, C, H, W).
+    ) -> PooledKernel:
+        """Infinite-width NNGP and (if ``ntk``) NTK between images x1 (N1, C, H, W) and
+        x2 (N2, C, H, W), each (N1, N2), with the output self-kernels (N1,), (N2,).
 
-        ``get`` a name ("nngp" or "ntk") returns that (N1, N2) tensor, a sequence returns a
-        dict; on x1's device, in x1's dtype. x2 = None means x2 = x1 (symmetric, each pair
-        computed once). ``memory_mb`` bounds the working memory of one chunk of image pairs
-        (the buffers of all layers, reused from chunk to chunk).
+        On x1's device, in x1's dtype. x2 = None means x2 = x1 (symmetric, each pair
+        computed once). ``symmetry=False`` runs the unreduced recursion. ``memory_mb``
+        bounds the working memory of one chunk of image pairs (the buffers of all layers,
+        reused from chunk to chunk).
         """
-        kinds = _kinds(get)
         x1 = as_images(x1, "x1")
         same = x2 is None
         x2 = x1 if same else as_images(x2, "x2").to(dtype=x1.dtype, device=x1.device)
@@ -158,9 +154,10 @@ class Network:
         orbit = self.orbit(h, w, symmetry)
         per_pair = _LIVE_TENSORS * x1.element_size() * self._site_pairs(h, w, orbit)
         pairs = max(1, int(memory_mb * 2**20 // per_pair))
-        var1 = self._self_variances(x1, orbit, pairs)
-        var2 = var1 if same else self._self_variances(x2, orbit, pairs)
+        var1, self1 = self._self_kernels(x1, orbit, pairs)
+        var2, self2 = (var1, self1) if same else self._self_kernels(x2, orbit, pairs)
         n1, n2 = x1.shape[0], x2.shape[0]
+        kinds = ("nngp", "ntk") if ntk else ("nngp",)
         out = {kind: x1.new_empty(n1, n2) for kind in kinds}
         buffers = Buffers()
         cols = min(n2, pairs)
@@ -175,7 +172,7 @@ class Network:
                 def attach(i: int, state: KernelState, r: slice = r, c: slice = c) -> KernelState:
                     return state.with_variances(var1[i][r, None], var2[i][None, c])
 
-                state = self._run(Inputs(x1[r, None], x2[None, c], orbit, buffers), "ntk" in kinds, attach)
+                state = self._run(InputPair(x1[r, None], x2[None, c], orbit, buffers), ntk, attach)
                 for kind in kinds:
                     block = getattr(state, kind).reshape(r.stop - r.start, c.stop - c.start)
                     out[kind][r, c] = block
@@ -183,7 +180,7 @@ class Network:
                         out[kind][c, r] = block.T
         if same:  # diagonal blocks computed (i, j) and (j, i) separately: equal up to rounding
             out = {kind: (k + k.T) / 2 for kind, k in out.items()}
-        return out[kinds[0]] if isinstance(get, str) else out
+        return PooledKernel(nngp=out["nngp"], ntk=out.get("ntk"), self1=self1, self2=self2)
 
     def finite(
         self, in_shape: tuple[int, int, int], width: int, *, seed: int = 0, dtype: torch.dtype = torch.float64
@@ -192,11 +189,11 @@ class Network:
         generator = torch.Generator().manual_seed(seed)
         modules, shape = [], tuple(in_shape)
         for layer in self.layers:
-            module, shape = layer.module(shape, width, generator, dtype)
+            module, shape = layer.finite(shape, width, generator, dtype)
             modules.append(module)
         return nn.Sequential(*modules)
 
 
-def serial(*layers: Layer) -> Network:
-    """Compose layers into a :class:`Network`."""
-    return Network(tuple(layers))
+def serial(*layers: Layer) -> CnNetwork:
+    """Compose layers into a :class:`CnNetwork`."""
+    return CnNetwork(tuple(layers))

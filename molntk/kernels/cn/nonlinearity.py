@@ -28,7 +28,7 @@ def _inverse_sqrt(v: Tensor) -> Tensor:
     return torch.where(v > 0, v, torch.ones_like(v)).rsqrt() * (v > 0)
 
 
-def _relu_slab(xp, k, theta, r1, r2, g1, g2, out_theta, cos, angle, scratch) -> None:
+def relu_slab(xp, k, theta, r1, r2, g1, g2, out_theta, cos, angle, scratch) -> None:
     """In place: k ← g1 g2 (sin ψ + (π − ψ) cos ψ), out_theta ← Θ (π − ψ)/(2π), cos ψ = k r1 r2.
 
     With r = v^{-1/2} and g1 g2 = √(v v')/(2π). π − ψ = π/2 + arcsin(cos ψ), and
@@ -56,7 +56,7 @@ def _relu_slab(xp, k, theta, r1, r2, g1, g2, out_theta, cos, angle, scratch) -> 
 
 
 def _relu_slab_without_ntk(xp, k, r1, r2, g1, g2, cos, angle, scratch) -> None:
-    _relu_slab(xp, k, k, r1, r2, g1, g2, None, cos, angle, scratch)
+    relu_slab(xp, k, k, r1, r2, g1, g2, None, cos, angle, scratch)
 
 
 def relu_maps(
@@ -70,12 +70,12 @@ def relu_maps(
         for_each_slab(_relu_slab_without_ntk, [k, *factors], leading_dims(k.shape), scratch=3)
         return k, None
     out_theta = (torch.empty_like(k) if spare is None else spare) if theta is k else theta
-    for_each_slab(_relu_slab, [k, theta, *factors, out_theta], leading_dims(k.shape), scratch=3)
+    for_each_slab(relu_slab, [k, theta, *factors, out_theta], leading_dims(k.shape), scratch=3)
     return k, out_theta
 
 
 @dataclass(frozen=True)
-class Activation:
+class Nonlinearity:
     """Pointwise nonlinearity by name: ``relu``, ``erf``, ``quadratic``, ``identity``."""
 
     name: str = "relu"
@@ -93,11 +93,13 @@ class Activation:
             ntk = None if state.ntk is None else state.ntk * derivative
         return KernelState(nngp=nngp, ntk=ntk, orbit=state.orbit, spatial=state.spatial)
 
-    def module(self, shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype):
-        return ActivationModule(self.name), shape
+    def finite(
+        self, in_shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype
+    ) -> tuple[nn.Module, tuple[int, ...]]:
+        return NonlinearityModule(self.name), in_shape
 
 
-class ActivationModule(nn.Module):
+class NonlinearityModule(nn.Module):
     """φ applied elementwise."""
 
     def __init__(self, name: str):

@@ -57,7 +57,7 @@ class Buffers:
 
 
 @dataclass(frozen=True)
-class Inputs:
+class InputPair:
     """Raw images of the pairs: x1 (b1, 1, C, H, W) and x2 (1, b2, C, H, W) or (N, 1, ...) twice."""
 
     x1: Tensor

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from molntk.kernels.result import PooledKernel
 from molntk.kernels.so3.context import Discretisation
-from molntk.kernels.so3.state import GroupKernel, PooledKernel, apply_rule
+from molntk.kernels.so3.state import GroupKernel, apply_rule
 
 
 @dataclass(frozen=True)

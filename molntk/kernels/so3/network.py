@@ -1,11 +1,20 @@
 """Composing SO(3) layers (like neural-tangents' ``serial``) into kernels and finite nets.
 
-    net = serial(Lift(6), Nonlinearity("erf"), GroupConv(3), Nonlinearity("erf"),
-                 GroupConv(3), Pool(), Dense())
-    k = net.kernel(x1, x2, grid=SO3Grid(4), mode="fast")     # PooledKernel, (n1, n2)
-    f = net.finite(in_channels=C, width=256, grid=SO3Grid(4)) # torch module (B, C, L²) → (B,)
+For inputs given by spherical-harmonic coefficients x (n, C, L²):
 
-The kernel of ``finite`` at width → ∞ is ``kernel(..., mode="exact")`` on the same grid.
+>>> import torch
+>>> from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
+>>> net = serial(Lift(4), Nonlinearity("erf"), GroupConv(3), Nonlinearity("erf"), Pool(), Dense())
+>>> x1, x2 = torch.randn(2, 5, 16, dtype=torch.float64), torch.randn(3, 5, 16, dtype=torch.float64)
+>>> k = net.kernel(x1, x2, ctx=net.discretisation(SO3Grid(4), mode="fast"))  # PooledKernel
+>>> tuple(k.nngp.shape), tuple(k.ntk.shape), tuple(k.self1.shape)
+((2, 3), (2, 3), (2,))
+>>> exact = net.discretisation(SO3Grid(4), mode="exact")
+>>> f = net.finite(tuple(x1.shape[1:]), width=64, ctx=exact)  # torch module (B, C, L²) → (B,)
+>>> tuple(f(x1).shape)
+(2,)
+
+The kernel of ``finite`` at width → ∞ is ``kernel(..., ctx=exact)`` on the same grid.
 
 Evaluation: the nonlinearities need only the variances ψ^{ff}(e) of each input, so
 ``kernel`` first runs the recursion on each input with itself (:meth:`SO3Network.self_kernels`,
@@ -21,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from molntk.kernels.result import PooledKernel
 from molntk.kernels.so3.context import Discretisation
 from molntk.kernels.so3.conv import GroupConv
 from molntk.kernels.so3.dense import Dense
@@ -28,7 +38,7 @@ from molntk.kernels.so3.grids import SO3Grid
 from molntk.kernels.so3.lift import Lift
 from molntk.kernels.so3.nonlinearity import Nonlinearity
 from molntk.kernels.so3.pool import Pool
-from molntk.kernels.so3.state import PooledKernel, Rule, pair_variances, self_variances, variance
+from molntk.kernels.so3.state import Rule, pair_variances, self_variances, variance
 
 Layer = Lift | GroupConv | Dense | Nonlinearity | Pool
 
@@ -215,9 +225,14 @@ class SO3Network:
         nngp, theta = self.cross_kernel(x1, x2, self1, self2, ctx=ctx, ntk=ntk, symmetric=same)
         return PooledKernel(nngp=nngp, ntk=theta, self1=self1[-1], self2=self2[-1])
 
-    def finite(self, in_channels: int, width: int, ctx: Discretisation) -> nn.Module:
-        """The finite network at ``width`` on the nodes of ``ctx.grid`` (scalar output)."""
-        modules, in_width = [], in_channels
+    def finite(self, in_shape: tuple[int, int], width: int, ctx: Discretisation) -> FiniteSO3Network:
+        """The finite network at ``width`` on the nodes of ``ctx.grid`` (scalar output) for
+        inputs of shape ``in_shape`` = (C, L²) each, with N(0, 1) parameters drawn from
+        torch's global generator."""
+        channels, coeffs = in_shape
+        if coeffs < self.band_limit**2:
+            raise ValueError(f"band limit {self.band_limit} needs {self.band_limit**2} coefficients per channel, got {coeffs}")
+        modules, in_width = [], channels
         for i, layer in enumerate(self.layers):
             out_width = 1 if i == len(self.layers) - 1 else (width if isinstance(layer, (Lift, GroupConv, Dense)) else in_width)
             modules.append(layer.finite(in_width, out_width, ctx))

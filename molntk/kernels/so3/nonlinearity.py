@@ -19,8 +19,9 @@ from torch import Tensor, nn
 
 from molntk.kernels.activations import get_activation
 from molntk.kernels.pooled_activations import pooled_dual
+from molntk.kernels.result import PooledKernel
 from molntk.kernels.so3.context import Discretisation
-from molntk.kernels.so3.state import GroupKernel, PooledKernel, apply_rule
+from molntk.kernels.so3.state import GroupKernel, apply_rule
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Inputs x1 (n1 items) and x2 (n2 items). On the group, every kernel is a function of
 u = g g'⁻¹ stored at the K support points of the engine's measure plus the identity
 (last index, see :mod:`molntk.kernels.so3.measures`). After pooling, kernels are plain
-(n1, n2) matrices.
+(n1, n2) matrices (:class:`~molntk.kernels.result.PooledKernel`).
 
 Every layer after Lift has one kernel rule (:data:`Rule`) that maps cross kernels given
 the variances ψ^{ff}(e) of both sides. The self-kernel of an input is the same rule on
@@ -15,10 +15,12 @@ the cross kernels per tile of pairs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from torch import Tensor
+
+from molntk.kernels.result import PooledKernel
 
 if TYPE_CHECKING:
     from molntk.kernels.so3.context import Discretisation
@@ -46,22 +48,6 @@ class GroupKernel:
     ntk: Tensor | None
     self1: Tensor
     self2: Tensor
-
-    def with_(self, **changes) -> "GroupKernel":
-        return replace(self, **changes)
-
-
-@dataclass(frozen=True)
-class PooledKernel:
-    """Kernels after pooling: nngp, ntk (n1, n2); self-variances self1 (n1,), self2 (n2,)."""
-
-    nngp: Tensor
-    ntk: Tensor | None
-    self1: Tensor
-    self2: Tensor
-
-    def with_(self, **changes) -> "PooledKernel":
-        return replace(self, **changes)
 
 
 KernelState = InputPair | GroupKernel | PooledKernel

@@ -24,43 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from molntk.kernels.cn.filters import FilterLayer, pad_images
 from molntk.kernels.cn.rotations import filter_rotations
-from molntk.kernels.cn.spatial import check_padding, output_size
-from molntk.kernels.cn.state import Inputs, KernelState, rotate_sites
-
-
-def pad_images(x: Tensor, k: int, padding: str) -> Tensor:
-    """Pad images (B, C, H, W) for a k×k convolution ("valid": unchanged)."""
-    if padding == "valid":
-        return x
-    c = (k - 1) // 2
-    return F.pad(x, (c, c, c, c), mode="constant" if padding == "same" else "circular")
-
-
-def check_filter(n: int, k: int) -> None:
-    """ValueError unless n ≥ 1 and k is odd and positive (rotations about the centre pixel)."""
-    if n < 1:
-        raise ValueError(f"the rotation group order n must be at least 1, got {n}")
-    if k < 1 or k % 2 == 0:
-        raise ValueError(f"the filter size k must be odd and positive, got {k}")
+from molntk.kernels.cn.state import InputPair, KernelState, rotate_sites
 
 
 @dataclass(frozen=True)
-class Lifting:
-    """Lifting convolution onto C_n ⋉ R² (an ordinary convolution for n = 1)."""
-
-    n: int = 4
-    k: int = 3
-    padding: str = "valid"
-    sigma_w: float = 1.0
-    sigma_b: float = 0.0
-
-    def __post_init__(self) -> None:
-        check_filter(self.n, self.k)
-        check_padding(self.padding)
-
-    def out_spatial(self, h: int, w: int) -> tuple[int, int]:
-        return output_size(h, self.k, self.padding), output_size(w, self.k, self.padding)
+class Lift(FilterLayer):
+    """Lifting convolution Z² → C_n ⋉ R² (an ordinary convolution for n = 1)."""
 
     def _features(self, x: Tensor, rotations: Tensor) -> Tensor:
         """Scaled rotated patches σ_w/√(C k²) I_sᵀ patch(x) (+ a σ_b column), (B, p·L, C k² [+1])."""
@@ -73,7 +44,7 @@ class Lifting:
             feats = torch.cat([feats, feats.new_full((*feats.shape[:2], 1), self.sigma_b)], dim=-1)
         return feats
 
-    def kernel_inputs(self, inputs: Inputs, ntk: bool) -> KernelState:
+    def kernel_inputs(self, inputs: InputPair, ntk: bool) -> KernelState:
         """Orbit blocks K[q][s][s'](x, x') = K_{f, ρ_q f'}((x, s), (x', s')) of the lifting layer."""
         orbit = inputs.orbit
         p = self.n // orbit
@@ -90,10 +61,12 @@ class Lifting:
         k = inputs.empty("nngp", tuple(gram.shape)).copy_(gram)
         return KernelState(nngp=k, ntk=k if ntk else None, orbit=orbit, spatial=(h, w))
 
-    def module(self, shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype):
-        """Finite twin for input images of shape (C, H, W) → features (width, n, H', W')."""
-        c, h, w = shape
-        return LiftingModule(c, width, self, generator, dtype), (width, self.n, *self.out_spatial(h, w))
+    def finite(
+        self, in_shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype
+    ) -> tuple[nn.Module, tuple[int, ...]]:
+        """Finite twin: input images (C, H, W) → features (width, n, H', W')."""
+        c, h, w = in_shape
+        return LiftModule(c, width, self, generator, dtype), (width, self.n, *self.out_spatial(h, w))
 
 
 def pair_shape(x1: Tensor, x2: Tensor) -> tuple[int, int]:
@@ -101,10 +74,10 @@ def pair_shape(x1: Tensor, x2: Tensor) -> tuple[int, int]:
     return tuple(torch.broadcast_shapes(x1.shape[:2], x2.shape[:2]))
 
 
-class LiftingModule(nn.Module):
+class LiftModule(nn.Module):
     """z (N, width, n, H', W') = σ_w/√(C k²) conv(f, I_r w) + σ_b b."""
 
-    def __init__(self, c: int, width: int, layer: Lifting, generator: torch.Generator, dtype: torch.dtype):
+    def __init__(self, c: int, width: int, layer: Lift, generator: torch.Generator, dtype: torch.dtype):
         super().__init__()
         k = layer.k
         self.layer = layer

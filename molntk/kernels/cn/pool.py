@@ -1,7 +1,8 @@
 """Pooling and flattening: from feature maps on C_n ⋉ R² to vectors.
 
 Rules (the NTK rule is the same linear map applied to Θ):
-  GlobalPool    mean over positions and rotations:  K' = mean_{a, a'} K(a, a');
+  Pool          the invariant pool, mean over positions and rotations:
+                K' = mean_{a, a'} K(a, a');
   SpatialPool   mean over positions, rotations kept: K'(r, r') = mean_{x,x'} K((x,r),(x',r'));
   RotationPool  mean over rotations of per-rotation vectors (after SpatialPool and
                 per-rotation Dense layers): K' = mean_{r,r'} K(r, r');
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from molntk.kernels.cn.state import Inputs, KernelState
+from molntk.kernels.cn.state import InputPair, KernelState
 
 
 def _vector_state(nngp: Tensor, ntk: Tensor | None, orbit: int) -> KernelState:
@@ -32,17 +33,19 @@ def _scalar(c: Tensor) -> Tensor:
 
 
 @dataclass(frozen=True)
-class GlobalPool:
-    """Average over space and rotations (invariant features)."""
+class Pool:
+    """Average over space and rotations (invariant features; SO(3): :class:`~molntk.kernels.so3.pool.Pool`)."""
 
     def kernel(self, state: KernelState) -> KernelState:
         ntk = None if state.ntk is None else _scalar(state.ntk)
         return _vector_state(_scalar(state.nngp), ntk, orbit=1)
 
-    def module(self, shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype):
-        if len(shape) != 4:
-            raise ValueError("GlobalPool needs feature maps (C, n, H, W)")
-        return _Mean((2, 3, 4)), shape[:1]
+    def finite(
+        self, in_shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype
+    ) -> tuple[nn.Module, tuple[int, ...]]:
+        if len(in_shape) != 4:
+            raise ValueError("Pool needs feature maps (C, n, H, W)")
+        return _Mean((2, 3, 4)), in_shape[:1]
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,12 @@ class SpatialPool:
 
         return _vector_state(pool(state.nngp), pool(state.ntk), orbit=state.orbit)
 
-    def module(self, shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype):
-        if len(shape) != 4:
+    def finite(
+        self, in_shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype
+    ) -> tuple[nn.Module, tuple[int, ...]]:
+        if len(in_shape) != 4:
             raise ValueError("SpatialPool needs feature maps (C, n, H, W)")
-        return _Mean((3, 4)), shape[:2]
+        return _Mean((3, 4)), in_shape[:2]
 
 
 @dataclass(frozen=True)
@@ -73,10 +78,12 @@ class RotationPool:
         ntk = None if state.ntk is None else _scalar(state.ntk)
         return _vector_state(_scalar(state.nngp), ntk, orbit=1)
 
-    def module(self, shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype):
-        if len(shape) != 2:
+    def finite(
+        self, in_shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype
+    ) -> tuple[nn.Module, tuple[int, ...]]:
+        if len(in_shape) != 2:
             raise ValueError("RotationPool needs per-rotation vectors (C, n): put SpatialPool first")
-        return _Mean((2,)), shape[:1]
+        return _Mean((2,)), in_shape[:1]
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ class Flatten:
 
         return _vector_state(diagonal_mean(state.nngp), diagonal_mean(state.ntk), orbit=1)
 
-    def kernel_inputs(self, inputs: Inputs, ntk: bool) -> KernelState:
+    def kernel_inputs(self, inputs: InputPair, ntk: bool) -> KernelState:
         """Input kernel ⟨f, f'⟩ / (C H W) of flattened images (no parameters: Θ = 0)."""
         f1 = inputs.x1.flatten(2).unsqueeze(-2)
         f2 = inputs.x2.flatten(2).unsqueeze(-1)
@@ -102,8 +109,10 @@ class Flatten:
         nngp = nngp / f1.shape[-1]
         return KernelState(nngp=nngp, ntk=torch.zeros_like(nngp) if ntk else None, orbit=1, spatial=())
 
-    def module(self, shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype):
-        return nn.Flatten(), (int(torch.Size(shape).numel()),)
+    def finite(
+        self, in_shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype
+    ) -> tuple[nn.Module, tuple[int, ...]]:
+        return nn.Flatten(), (int(torch.Size(in_shape).numel()),)
 
 
 class _Mean(nn.Module):

@@ -27,16 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from molntk.kernels.cn.lifting import check_filter, pad_images
+from molntk.kernels.cn.filters import FilterLayer, pad_images
 from molntk.kernels.cn.rotations import filter_rotations
-from molntk.kernels.cn.spatial import (
-    box_sum_into,
-    check_padding,
-    correlate_into,
-    output_size,
-    pad_pairs,
-    padded_shape,
-)
+from molntk.kernels.cn.spatial import box_sum_into, correlate_into, pad_pairs, padded_shape
 from molntk.kernels.cn.state import KernelState, rotate_sites
 
 
@@ -57,18 +50,8 @@ def block_sources(n: int, orbit: int) -> dict[tuple[int, int], tuple[tuple[int, 
 
 
 @dataclass(frozen=True)
-class GroupConv:
+class GroupConv(FilterLayer):
     """Group convolution on C_n ⋉ R² (an ordinary convolution for n = 1)."""
-
-    n: int = 4
-    k: int = 3
-    padding: str = "valid"
-    sigma_w: float = 1.0
-    sigma_b: float = 0.0
-
-    def __post_init__(self) -> None:
-        check_filter(self.n, self.k)
-        check_padding(self.padding)
 
     def kernel(self, state: KernelState) -> KernelState:
         """(K̃, Θ̃) of the previous nonlinearity → (K', Θ') of this layer (consumes ``state``)."""
@@ -85,7 +68,7 @@ class GroupConv:
             nngp, ntk = self._cnn_blocks(state, tensors, alpha, beta)
         else:
             nngp, ntk = self._mixed_blocks(state, tensors, alpha, beta)
-        spatial = tuple(output_size(size, self.k, self.padding) for size in state.spatial)
+        spatial = self.out_spatial(*state.spatial)
         return KernelState(nngp=nngp, ntk=ntk, orbit=state.orbit, spatial=spatial)
 
     def _padded(self, state: KernelState, c: Tensor, dims: tuple[int, ...], role: str) -> Tensor:
@@ -96,7 +79,7 @@ class GroupConv:
 
     def _cnn_blocks(self, state: KernelState, tensors: list[Tensor], alpha: float, beta: float):
         """p = 1: every orbit block is a CNN layer, α Σ_u K̃(x + u, x' + u) + β."""
-        h, w = (output_size(n, self.k, self.padding) for n in state.spatial)
+        h, w = self.out_spatial(*state.spatial)
         outs = []
         for j, c in enumerate(tensors):
             padded = self._padded(state, c, state.grid_dims, f"pad{j}")
@@ -110,7 +93,7 @@ class GroupConv:
         """p > 1: block [q][s][s'] = α A_{s,s'} ⋆ Σ_τ (rotated input blocks) + β."""
         k, orbit, p = self.k, state.orbit, state.rotations
         rotations = filter_rotations(self.n, k)[:p]
-        h, w = (output_size(size, k, self.padding) for size in state.spatial)
+        h, w = self.out_spatial(*state.spatial)
         outs = [state.empty(f"out{j}", (*c.shape[:2], orbit, p, p, h, h, w, w)) for j, c in enumerate(tensors)]
         for (s, s2), terms in block_sources(self.n, orbit).items():
             a = rotations[s] @ rotations[s2].T
@@ -130,12 +113,14 @@ class GroupConv:
         ntk = outs[1].mul_(alpha).add_(nngp) if len(outs) > 1 else None
         return nngp, ntk
 
-    def module(self, shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype):
+    def finite(
+        self, in_shape: tuple[int, ...], width: int, generator: torch.Generator, dtype: torch.dtype
+    ) -> tuple[nn.Module, tuple[int, ...]]:
         """Finite twin: features (C, n, H, W) → (width, n, H', W')."""
-        c, n, h, w = shape
+        c, n, h, w = in_shape
         if n != self.n:
             raise ValueError(f"GroupConv(n={self.n}) follows features with n = {n}")
-        out_hw = (output_size(h, self.k, self.padding), output_size(w, self.k, self.padding))
+        out_hw = self.out_spatial(h, w)
         return GroupConvModule(c, width, self, generator, dtype), (width, n, *out_hw)
 
 

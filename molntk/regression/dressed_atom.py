@@ -21,7 +21,7 @@ import numpy as np
 
 from molntk.data.molecule import Molecule, element_number, element_symbol
 from molntk.errors import InputError
-from molntk.regression import _inputs
+from molntk.regression import validation
 
 
 class HasNumbers(Protocol):
@@ -60,12 +60,12 @@ class DressedAtomModel:
 
     def __init__(self, *, intercept: bool = False, ridge: float = 1e-12) -> None:
         self.intercept = bool(intercept)
-        self.ridge = _inputs.nonnegative(ridge, "ridge")
+        self.ridge = validation.nonnegative(ridge, "ridge")
         self.coef_: np.ndarray | None = None
         self.intercept_: np.ndarray | None = None
 
     def _counts(self, counts: object, *, rows: int | None = None) -> np.ndarray:
-        array = _inputs.matrix(counts, "counts", rows=rows)
+        array = validation.matrix(counts, "counts", rows=rows)
         if (array < 0).any():
             raise InputError("counts", "element counts must be ≥ 0")
         if self.coef_ is not None and array.shape[1] != self.coef_.shape[0]:
@@ -76,7 +76,7 @@ class DressedAtomModel:
         """Least-squares (tiny ridge) fit of y ((N,) or (N, k)) on counts (N, E)."""
         self.coef_ = self.intercept_ = None
         C = self._counts(counts)
-        Y, was_1d = _inputs.targets(y, "y", rows=C.shape[0])
+        Y, was_1d = validation.targets(y, "y", rows=C.shape[0])
         c_mean = C.mean(axis=0) if self.intercept else np.zeros(C.shape[1])
         y_mean = Y.mean(axis=0) if self.intercept else np.zeros(Y.shape[1])
         Cc, Yc = C - c_mean, Y - y_mean
@@ -98,7 +98,7 @@ class DressedAtomModel:
     def residual(self, counts: object, y: object) -> np.ndarray:
         """y - ŷ: what a kernel model learns on top of the dressed atoms."""
         prediction = self.predict(counts)
-        target = _inputs.as_float64(y, "y")
+        target = validation.as_float64(y, "y")
         if target.shape != prediction.shape:
             raise InputError("y", f"must have shape {prediction.shape} like the prediction, got {target.shape}")
         return target - prediction

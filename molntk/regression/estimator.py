@@ -44,7 +44,7 @@ import numpy as np
 import scipy.linalg
 
 from molntk.errors import InputError
-from molntk.regression import _inputs
+from molntk.regression import validation
 from molntk.regression.gp import nngp_variance
 from molntk.regression.ntk import ntk_gp_variance, ntk_weights
 from molntk.regression.scaling import TargetScaler
@@ -125,27 +125,27 @@ class KernelRegressor:
         preconditioner: str = "pivoted-cholesky",
         preconditioner_rank: int = 200,
     ) -> None:
-        self.method = _inputs.choice(method, "method", METHODS)
-        self.t = _inputs.nonnegative(t, "t", allow_inf=True)
+        self.method = validation.choice(method, "method", METHODS)
+        self.t = validation.nonnegative(t, "t", allow_inf=True)
         if self.method == "nngp" and not math.isinf(self.t):
             raise InputError("t", "a training time applies to method='ntk' only; the NNGP posterior has none")
-        self.lr = _inputs.positive(lr, "lr")
-        self.reg = reg if reg == "cv" else _inputs.nonnegative(reg, "reg")
-        self.solver = _inputs.choice(solver, "solver", SOLVERS)
+        self.lr = validation.positive(lr, "lr")
+        self.reg = reg if reg == "cv" else validation.nonnegative(reg, "reg")
+        self.solver = validation.choice(solver, "solver", SOLVERS)
         if self.solver != "eigh":
             self._check_large_n_settings()
-        self.cv = _inputs.choice(cv, "cv", CRITERIA)
+        self.cv = validation.choice(cv, "cv", CRITERIA)
         if reg == "cv" and self.cv == "loo" and not math.isinf(self.t):
             raise InputError("cv", "the closed-form LOO is exact only at t = inf; use 'kfold' or 'gcv' at finite t")
         self.standardize = bool(standardize)
         self.relative_grid = relative_grid
-        self.n_folds = _inputs.integer(n_folds, "n_folds", minimum=2)
-        self.seed = _inputs.integer(seed, "seed", minimum=0)
-        self.psd_rtol = _inputs.positive(psd_rtol, "psd_rtol")
-        self.pcg_tol = _inputs.positive(pcg_tol, "pcg_tol")
-        self.pcg_max_iter = _inputs.integer(pcg_max_iter, "pcg_max_iter", minimum=1)
-        self.preconditioner = _inputs.choice(preconditioner, "preconditioner", PRECONDITIONERS)
-        self.preconditioner_rank = _inputs.integer(preconditioner_rank, "preconditioner_rank", minimum=1)
+        self.n_folds = validation.integer(n_folds, "n_folds", minimum=2)
+        self.seed = validation.integer(seed, "seed", minimum=0)
+        self.psd_rtol = validation.positive(psd_rtol, "psd_rtol")
+        self.pcg_tol = validation.positive(pcg_tol, "pcg_tol")
+        self.pcg_max_iter = validation.integer(pcg_max_iter, "pcg_max_iter", minimum=1)
+        self.preconditioner = validation.choice(preconditioner, "preconditioner", PRECONDITIONERS)
+        self.preconditioner_rank = validation.integer(preconditioner_rank, "preconditioner_rank", minimum=1)
         self.info: dict[str, object] = {}
         self._fitted: _Fitted | None = None
 
@@ -179,7 +179,7 @@ class KernelRegressor:
         """``fit`` for ``"eigh"``: W = M_t Z from the eigendecomposition, λ by CV if asked."""
         start = time.perf_counter()
         eig = eigensystem(K_train, "K_train", psd_rtol=self.psd_rtol)
-        Y2, was_1d = _inputs.targets(Y, "Y", rows=eig.n)
+        Y2, was_1d = validation.targets(Y, "Y", rows=eig.n)
         scaler = TargetScaler.fit(Y2, enabled=self.standardize)
         Z = scaler.transform(Y2)
         t = self.t if self.method == "ntk" else math.inf
@@ -203,7 +203,7 @@ class KernelRegressor:
         cond = warn_if_ill_conditioned(eig, reg)
         nngp_rotated = None
         if self.method == "ntk" and K_nngp_train is not None:
-            nngp_train = _inputs.symmetric_kernel(K_nngp_train, "K_nngp_train")
+            nngp_train = validation.symmetric_kernel(K_nngp_train, "K_nngp_train")
             if nngp_train.shape != (eig.n, eig.n):
                 raise InputError("K_nngp_train", f"must be {eig.n} x {eig.n} like K_train, got shape {nngp_train.shape}")
             nngp_rotated = eig.rotate(nngp_train)
@@ -243,7 +243,7 @@ class KernelRegressor:
             raise InputError("K_nngp_train", f"NTK-GP variances need solver='eigh'; solver={self.solver!r} has none")
         K = _kernel(K_train, "K_train")
         _check_finite(K, "K_train")
-        Y2, was_1d = _inputs.targets(Y, "Y", rows=K.shape[0])
+        Y2, was_1d = validation.targets(Y, "Y", rows=K.shape[0])
         scaler = TargetScaler.fit(Y2, enabled=self.standardize)
         Z = scaler.transform(Y2)
         reg = float(self.reg)
@@ -360,7 +360,7 @@ class KernelRegressor:
     def load_fitted_arrays(self, arrays: dict[str, np.ndarray]) -> KernelRegressor:
         """Restore the state written by :meth:`fitted_arrays` (this regressor's settings are
         kept; ``predict`` follows the solver the arrays were fitted with)."""
-        solver = _inputs.choice(str(arrays["solver"]) if "solver" in arrays else "eigh", "solver", SOLVERS)
+        solver = validation.choice(str(arrays["solver"]) if "solver" in arrays else "eigh", "solver", SOLVERS)
         common = {
             "solver": solver,
             "weights": np.asarray(arrays["weights"], dtype=np.float64),
@@ -407,13 +407,13 @@ class KernelRegressor:
             raise InputError("KernelRegressor", "predict called before fit")
         if fitted.solver != "eigh":
             return self._predict_large_n(fitted, K_test_train, k_test_diag, return_std)
-        cross = _inputs.matrix(K_test_train, "K_test_train", cols=fitted.eig.n)
-        mean = _inputs.restore(fitted.scaler.inverse_transform(cross @ fitted.weights), fitted.was_1d)
+        cross = validation.matrix(K_test_train, "K_test_train", cols=fitted.eig.n)
+        mean = validation.restore(fitted.scaler.inverse_transform(cross @ fitted.weights), fitted.was_1d)
         if not return_std:
             return mean
         if k_test_diag is None:
             raise InputError("k_test_diag", "the NNGP test self-kernel diagonal K(x, x) is needed for return_std")
-        prior = _inputs.vector(k_test_diag, "k_test_diag", length=cross.shape[0])
+        prior = validation.vector(k_test_diag, "k_test_diag", length=cross.shape[0])
         if self.method == "nngp":
             variance = nngp_variance(fitted.eig, cross, prior, reg=fitted.reg)
         else:
@@ -421,7 +421,7 @@ class KernelRegressor:
                 raise InputError("K_nngp_train", "method='ntk' needs fit(..., K_nngp_train=...) for return_std")
             if K_nngp_test_train is None:
                 raise InputError("K_nngp_test_train", "method='ntk' needs the NNGP test-train kernel for return_std")
-            nngp_cross = _inputs.matrix(K_nngp_test_train, "K_nngp_test_train", rows=cross.shape[0], cols=fitted.eig.n)
+            nngp_cross = validation.matrix(K_nngp_test_train, "K_nngp_test_train", rows=cross.shape[0], cols=fitted.eig.n)
             variance = ntk_gp_variance(
                 fitted.eig,
                 fitted.nngp_rotated,
@@ -433,7 +433,7 @@ class KernelRegressor:
                 reg=fitted.reg,
             )
         std = np.sqrt(fitted.scaler.inverse_transform_variance(variance))
-        return mean, _inputs.restore(std, fitted.was_1d)
+        return mean, validation.restore(std, fitted.was_1d)
 
     def _predict_large_n(
         self, fitted: _Fitted, K_test_train: object, k_test_diag: object | None, return_std: bool
@@ -444,15 +444,15 @@ class KernelRegressor:
         prior = self._large_n_prior(fitted, k_test_diag, cross.shape[0]) if return_std else None
         means, variances = [], []
         for rows in _row_blocks(cross.shape[0], fitted.n):
-            block = _inputs.matrix(cross[rows], "K_test_train", cols=fitted.n)
+            block = validation.matrix(cross[rows], "K_test_train", cols=fitted.n)
             means.append(block @ fitted.weights)
             if prior is not None:
                 variances.append(_cholesky_variance(fitted.cholesky, block, prior[rows]))
-        mean = _inputs.restore(fitted.scaler.inverse_transform(np.concatenate(means)), fitted.was_1d)
+        mean = validation.restore(fitted.scaler.inverse_transform(np.concatenate(means)), fitted.was_1d)
         if prior is None:
             return mean
         std = np.sqrt(fitted.scaler.inverse_transform_variance(np.concatenate(variances)))
-        return mean, _inputs.restore(std, fitted.was_1d)
+        return mean, validation.restore(std, fitted.was_1d)
 
     def _large_n_prior(self, fitted: _Fitted, k_test_diag: object | None, m: int) -> np.ndarray:
         """k(x, x) for the std of a ``"cholesky"`` / ``"pcg"`` fit; InputError naming ``solver``
@@ -475,7 +475,7 @@ class KernelRegressor:
             )
         if k_test_diag is None:
             raise InputError("k_test_diag", "the NNGP test self-kernel diagonal K(x, x) is needed for return_std")
-        return _inputs.vector(k_test_diag, "k_test_diag", length=m)
+        return validation.vector(k_test_diag, "k_test_diag", length=m)
 
 
 @dataclass(frozen=True, eq=False)
@@ -508,7 +508,7 @@ def _row_blocks(m: int, n: int) -> Iterator[slice]:
 def _test_kernel(value: object, n: int) -> np.ndarray:
     """K_test_train as an (m, n) array: a numpy array (``np.memmap`` included) as it is, its
     entries converted and checked block by block later; anything else converted whole."""
-    array = value if isinstance(value, np.ndarray) else _inputs.matrix(value, "K_test_train", cols=n)
+    array = value if isinstance(value, np.ndarray) else validation.matrix(value, "K_test_train", cols=n)
     if array.ndim != 2 or array.shape[1] != n:
         raise InputError(
             "K_test_train", f"must be an (m, {n}) matrix (one column per training point), got shape {array.shape}"

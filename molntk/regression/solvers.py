@@ -40,7 +40,7 @@ import numpy as np
 import scipy.linalg
 
 from molntk.errors import InputError
-from molntk.regression._inputs import integer, matrix, nonnegative, positive, restore, targets
+from molntk.regression.validation import integer, matrix, nonnegative, positive, restore, targets
 
 PRECONDITIONERS = ("pivoted-cholesky", "jacobi")
 

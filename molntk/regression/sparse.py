@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from molntk.errors import InputError
-from molntk.regression import _inputs
+from molntk.regression import validation
 from molntk.regression.scaling import TargetScaler
 from molntk.regression.selection import DEFAULT_RELATIVE_GRID, CVResult
 from molntk.regression.spectral import ILL_CONDITIONED, IllConditionedWarning
@@ -90,9 +90,9 @@ class NystromFactors:
 def nystrom_factors(K_nm: object, K_mm: object, rank_rtol: float) -> NystromFactors:
     """Validate K_nm, K_mm and factor them (module docstring; also the factors of
     :func:`~molntk.regression.solvers.nystrom_solve`); K_nm is only read."""
-    K_mm = _inputs.symmetric_kernel(K_mm, "K_mm")
+    K_mm = validation.symmetric_kernel(K_mm, "K_mm")
     m = K_mm.shape[0]
-    K_nm = _inputs.matrix(K_nm, "K_nm")
+    K_nm = validation.matrix(K_nm, "K_nm")
     if K_nm.shape[1] != m or K_nm.shape[0] == 0:
         raise InputError("K_nm", f"must be (n, {m}) with n ≥ 1 (one column per inducing point), got shape {K_nm.shape}")
     s, U = np.linalg.eigh(K_mm)
@@ -111,10 +111,10 @@ def sparse_loo_residuals(
 ) -> np.ndarray:
     """Exact leave-one-out residuals y_i − ŷ_{-i}(x_i) of kernel ridge on K̃ with λ > 0, in the
     units of ``Y`` (no standardisation) and shaped like it."""
-    nys = nystrom_factors(K_nm, K_mm, _inputs.positive(rank_rtol, "rank_rtol"))
-    Y2, was_1d = _inputs.targets(Y, "Y", rows=nys.Q.shape[0])
-    residual, complement = nys.residuals(Y2, nys.Q.T @ Y2, _inputs.positive(reg, "reg"))
-    return _inputs.restore(residual / complement[:, None], was_1d)
+    nys = nystrom_factors(K_nm, K_mm, validation.positive(rank_rtol, "rank_rtol"))
+    Y2, was_1d = validation.targets(Y, "Y", rows=nys.Q.shape[0])
+    residual, complement = nys.residuals(Y2, nys.Q.T @ Y2, validation.positive(reg, "reg"))
+    return validation.restore(residual / complement[:, None], was_1d)
 
 
 class SparseKernelRegressor:
@@ -142,14 +142,14 @@ class SparseKernelRegressor:
         relative_grid: Sequence[float] | None = None,
         rank_rtol: float = RANK_RTOL,
     ) -> None:
-        self.reg = reg if reg == "cv" else _inputs.nonnegative(reg, "reg")
-        self.cv = _inputs.choice(cv, "cv", SPARSE_CRITERIA)
+        self.reg = reg if reg == "cv" else validation.nonnegative(reg, "reg")
+        self.cv = validation.choice(cv, "cv", SPARSE_CRITERIA)
         self.standardize = bool(standardize)
-        grid = _inputs.as_float64(DEFAULT_RELATIVE_GRID if relative_grid is None else relative_grid, "relative_grid")
+        grid = validation.as_float64(DEFAULT_RELATIVE_GRID if relative_grid is None else relative_grid, "relative_grid")
         if grid.ndim != 1 or grid.size == 0 or np.min(grid) <= 0:
             raise InputError("relative_grid", f"must be a non-empty 1-d list of values > 0, got {grid.tolist()}")
         self.relative_grid = np.sort(grid)
-        self.rank_rtol = _inputs.positive(rank_rtol, "rank_rtol")
+        self.rank_rtol = validation.positive(rank_rtol, "rank_rtol")
         self.info: dict[str, object] = {}
         self._fitted: tuple[np.ndarray, TargetScaler, bool] | None = None
 
@@ -158,7 +158,7 @@ class SparseKernelRegressor:
         start = time.perf_counter()
         nys = nystrom_factors(K_nm, K_mm, self.rank_rtol)
         n, r = nys.Q.shape
-        Y2, was_1d = _inputs.targets(Y, "Y", rows=n)
+        Y2, was_1d = validation.targets(Y, "Y", rows=n)
         scaler = TargetScaler.fit(Y2, enabled=self.standardize)
         Z = scaler.transform(Y2)
         coeffs = nys.Q.T @ Z
@@ -261,7 +261,7 @@ class SparseKernelRegressor:
         """W_S of the standardised targets Z, (m,) or (m, k) like Y."""
         if self._fitted is None:
             raise InputError("SparseKernelRegressor", "inducing_weights asked for before fit")
-        return _inputs.restore(self._fitted[0], self._fitted[2])
+        return validation.restore(self._fitted[0], self._fitted[2])
 
     def predict(self, K_tm: object) -> np.ndarray:
         """Mean prediction K_tm W_S, un-standardised, for the t test points of K_tm (t, m), the
@@ -269,9 +269,9 @@ class SparseKernelRegressor:
         if self._fitted is None:
             raise InputError("SparseKernelRegressor", "predict called before fit")
         weights, scaler, was_1d = self._fitted
-        cross = _inputs.matrix(K_tm, "K_tm")
+        cross = validation.matrix(K_tm, "K_tm")
         if cross.shape[1] != weights.shape[0]:
             raise InputError(
                 "K_tm", f"must have {weights.shape[0]} columns (one per inducing point), got shape {cross.shape}"
             )
-        return _inputs.restore(scaler.inverse_transform(cross @ weights), was_1d)
+        return validation.restore(scaler.inverse_transform(cross @ weights), was_1d)

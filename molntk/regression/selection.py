@@ -84,19 +84,6 @@ class CVResult:
         """The minimum is at the smallest or largest λ: the grid may be too narrow."""
         return self.best_index in (0, self.grid.size - 1)
 
-    def to_dict(self) -> dict[str, object]:
-        """Plain-Python summary (for JSON reports)."""
-        return {
-            "criterion": self.criterion,
-            "reg": self.grid.tolist(),
-            "reg_relative": self.relative_grid.tolist(),
-            "score": self.scores.tolist(),
-            "score_per_target": self.scores_per_target.tolist(),
-            "best_reg": self.best_reg,
-            "best_index": self.best_index,
-            "at_grid_edge": self.at_grid_edge,
-        }
-
 
 def fold_ids(n: int, n_folds: int, seed: int = 0) -> np.ndarray:
     """Fold index (0..n_folds-1) of each of n points: ``ids[perm[i]] = i mod n_folds``."""

@@ -220,16 +220,8 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         cv_result = None
         if self.reg == "cv":
             cv_result = select_regularizer(
-                eig,
-                Z,
-                criterion=self.cv,
-                relative_grid=self.relative_grid,
-                n_folds=self.n_folds,
-                seed=self.seed,
-                t=t,
-                lr=lr,
-                K_train=K_train,
-                psd_rtol=self.psd_rtol,
+                eig, Z, criterion=self.cv, relative_grid=self.relative_grid, n_folds=self.n_folds, seed=self.seed,
+                t=t, lr=lr, K_train=K_train, psd_rtol=self.psd_rtol,
             )
             reg = cv_result.best_reg
         else:
@@ -324,12 +316,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         residual); warns with :class:`PCGConvergenceWarning` when the residual stays above
         ``pcg_tol``."""
         solution = pcg_solve(
-            K,
-            Z,
-            reg,
-            preconditioner=self.preconditioner,
-            rank=self.preconditioner_rank,
-            tol=self.pcg_tol,
+            K, Z, reg, preconditioner=self.preconditioner, rank=self.preconditioner_rank, tol=self.pcg_tol,
             max_iter=self.pcg_max_iter,
         )
         if solution.residual > self.pcg_tol:

@@ -66,13 +66,7 @@ def ntk_weights(theta: Eigensystem, Y: object, *, t: float = math.inf, lr: float
 
 
 def ntk_mean(
-    theta: Eigensystem,
-    theta_test_train: object,
-    Y: object,
-    *,
-    t: float = math.inf,
-    lr: float = 1.0,
-    reg: float = 0.0,
+    theta: Eigensystem, theta_test_train: object, Y: object, *, t: float = math.inf, lr: float = 1.0, reg: float = 0.0
 ) -> np.ndarray:
     """μ_t(x) = Θ(x, X) (Θ + λI)⁻¹ (I - e^{-η (Θ + λI) t}) Y for the rows x of ``theta_test_train``.
 

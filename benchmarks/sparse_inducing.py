@@ -115,7 +115,7 @@ def main() -> None:
     n_e = {e: int((numbers[:n_env_train] == e).sum()) for e in QM9_ELEMENTS}
     t_e = {e: int((numbers[n_env_train:] == e).sum()) for e in QM9_ELEMENTS}
     exact_pairs = sum(n * (n + 1) // 2 + t_e[e] * n for e, n in n_e.items())
-    print(f"exact: MAE {mae_exact:.1f} meV, λ_rel {exact.info['reg_relative']:.1e}, {exact_pairs:.3g} environment pairs")
+    print(f"exact: MAE {mae_exact:.1f} meV, λ_rel {exact.reg_relative_:.1e}, {exact_pairs:.3g} environment pairs")
 
     rows = []
     for m, method, rank_rtol in itertools.product(args.m, args.selection, args.rank_rtol):
@@ -130,7 +130,7 @@ def main() -> None:
         row = {
             "m": len(chosen), "selection": method, "rank_rtol": rank_rtol, "mae_mev": float(np.mean(np.abs(p - y_test))),
             "prediction_distance": float(np.linalg.norm(p - p_exact) / np.linalg.norm(p_exact - base[args.n :])),
-            "reg_relative": model.info["reg_relative"], "rank": model.info["rank"],
+            "reg_relative": model.reg_relative_, "rank": model.rank_,
             "environment_pairs": pairs, "pairs_vs_exact": pairs / exact_pairs,
         }
         rows.append(row)
@@ -140,7 +140,7 @@ def main() -> None:
         "date": datetime.date.today().isoformat(), "n_train": args.n, "n_test": args.n_test, "sigma_b": args.sigma_b,
         "threads": torch.get_num_threads(), "environment_kernel_seconds": env_seconds,
         "training_environments": n_env_train, "test_environments": feats.n_env - n_env_train,
-        "exact": {"mae_mev": mae_exact, "reg_relative": exact.info["reg_relative"], "environment_pairs": exact_pairs},
+        "exact": {"mae_mev": mae_exact, "reg_relative": exact.reg_relative_, "environment_pairs": exact_pairs},
         "sparse": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -196,12 +196,12 @@ def test_augmented_cnn_predicts_like_gcnn(tmp_path):
     assert np.abs(K_aug - K).max() <= 1e-7 * np.abs(K).max()  # the theorem; √ε-level ReLU NTK rounding allowed
     fits = {model: fit_predict(k, split.y_train, kt, 10, cv="loo") for model, (k, kt) in kernels.items()}
     gcnn_fit, aug_fit = fits["gcnn"], fits["augmented-cnn"]
-    reg = gcnn_fit.info["reg"]
-    assert aug_fit.info["reg"] == pytest.approx(reg, rel=1e-12)
+    reg = gcnn_fit.regressor.reg_
+    assert aug_fit.regressor.reg_ == pytest.approx(reg, rel=1e-12)
     Y = one_hot(split.y_train, 10)
-    scale = np.asarray(gcnn_fit.info["target_scale"])
+    scale = np.asarray(gcnn_fit.regressor.target_scale_)
     A = K + reg * np.eye(len(K))
-    W = np.linalg.solve(A, (Y - np.asarray(gcnn_fit.info["target_mean"])) / scale)
+    W = np.linalg.solve(A, (Y - np.asarray(gcnn_fit.regressor.target_mean_)) / scale)
     inv_norm = 1.0 / np.linalg.eigvalsh(A)[0]
     bound = (np.linalg.norm(Kt_aug - Kt, 2) + np.linalg.norm(Kt, 2) * inv_norm * np.linalg.norm(K_aug - K, 2))
     bound *= 2 * scale.max() * np.linalg.norm(W)

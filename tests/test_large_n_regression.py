@@ -174,7 +174,7 @@ def test_pcg_on_a_memmap_equals_pcg_in_memory(tmp_path, preconditioner, monkeypa
     mapped = regressor("pcg", preconditioner, reg=reg).fit(K_map, p["Y"])
     weights = in_memory.fitted_arrays()["weights"]
     np.testing.assert_allclose(mapped.fitted_arrays()["weights"], weights, rtol=1e-13, atol=0)
-    assert mapped.info["iterations"] == in_memory.info["iterations"]
+    assert mapped.n_iter_ == in_memory.n_iter_
     expected = in_memory.predict(p["K_test"])
     np.testing.assert_allclose(mapped.predict(test_map), expected, rtol=1e-13, atol=0)
     # a test kernel read 3 rows at a time gives the same predictions
@@ -209,26 +209,32 @@ def test_cholesky_std_on_a_memmap_test_kernel_read_in_blocks(tmp_path, monkeypat
     np.testing.assert_allclose(std_b, std, rtol=1e-12)
 
 
-# ----------------------------------------------------------------------------- info, warnings
+# ----------------------------------------------------------------------------- fitted attributes, warnings
 
 
-def test_info_of_the_large_n_solvers():
+def fitted_attributes(model: object) -> set[str]:
+    """The public fitted attributes (scikit-learn's trailing underscore) of ``model``."""
+    return {name for name in vars(model) if name.endswith("_") and not name.startswith("_")}
+
+
+def test_fitted_attributes_of_the_large_n_solvers():
     p = PROBLEM
     reg = reg_of(p, 1e-3)
-    eigh = KernelRegressor("ntk", reg=reg).fit(p["K"], p["Y"]).info
-    cholesky = KernelRegressor("ntk", reg=reg, solver="cholesky").fit(p["K"], p["Y"]).info
-    pcg = regressor("pcg", reg=reg).fit(p["K"], p["Y"]).info
-    assert eigh["solver"] == "eigh" and cholesky["solver"] == "cholesky" and pcg["solver"] == "pcg"
-    for info in (cholesky, pcg):
-        assert set(eigh) <= set(info)
-        assert info["cv"] is None and info["eigenvalues_clipped"] is None and info["min_eigenvalue"] is None
-        assert info["reg"] == reg and math.isclose(info["reg_relative"], 1e-3, rel_tol=1e-14)
-        assert info["t"] == math.inf and info["n_train"] == 300 and info["n_targets"] == 2
-        assert info["target_mean"] == eigh["target_mean"] and info["target_scale"] == eigh["target_scale"]
+    eigh = KernelRegressor("ntk", reg=reg).fit(p["K"], p["Y"])
+    cholesky = KernelRegressor("ntk", reg=reg, solver="cholesky").fit(p["K"], p["Y"])
+    pcg = regressor("pcg", reg=reg).fit(p["K"], p["Y"])
+    assert eigh.solver_ == "eigh" and cholesky.solver_ == "cholesky" and pcg.solver_ == "pcg"
+    for model in (cholesky, pcg):
+        assert fitted_attributes(eigh) <= fitted_attributes(model)
+        assert model.cv_result_ is None and model.eigenvalues_clipped_ is None and model.min_eigenvalue_ is None
+        assert model.reg_ == reg and math.isclose(model.reg_relative_, 1e-3, rel_tol=1e-14)
+        assert model.t == math.inf and model.n_train_ == 300 and model.n_targets_ == 2
+        assert model.target_mean_.tolist() == eigh.target_mean_.tolist()
+        assert model.target_scale_.tolist() == eigh.target_scale_.tolist()
     # LAPACK's cond₁ estimate: cond₂ ≤ cond₁ ≤ n cond₂, the estimate of ‖A⁻¹‖₁ is within ~3 below
-    assert eigh["condition_number"] / 3 <= cholesky["condition_number"] <= 300 * eigh["condition_number"]
-    assert pcg["condition_number"] is None
-    assert 0 < pcg["iterations"] < 300 and pcg["residual"] <= PCG_TOL
+    assert eigh.condition_number_ / 3 <= cholesky.condition_number_ <= 300 * eigh.condition_number_
+    assert pcg.condition_number_ is None
+    assert 0 < pcg.n_iter_ < 300 and pcg.pcg_residual_ <= PCG_TOL
 
 
 @pytest.mark.parametrize("preconditioner", ["pivoted-cholesky", "jacobi"])
@@ -237,8 +243,8 @@ def test_non_converging_pcg_warns_with_the_residual_reached(preconditioner):
     model = regressor("pcg", preconditioner, reg=reg_of(p, 1e-4), pcg_max_iter=2)
     with pytest.warns(PCGConvergenceWarning, match=r"relative residual \d") as record:
         model.fit(p["K"], p["Y"])
-    assert model.info["iterations"] == 2 and model.info["residual"] > PCG_TOL
-    assert f"{model.info['residual']:.3g}" in str(record[0].message)
+    assert model.n_iter_ == 2 and model.pcg_residual_ > PCG_TOL
+    assert f"{model.pcg_residual_:.3g}" in str(record[0].message)
 
 
 def test_converged_pcg_does_not_warn():
@@ -306,8 +312,9 @@ def test_eigh_fitted_arrays_keep_their_format():
     ],
 )
 def test_bad_large_n_settings_name_the_argument(kwargs, source, message):
+    model = KernelRegressor(**kwargs)  # parameters are stored as given (scikit-learn) and checked by fit
     with pytest.raises(InputError, match=message) as err:
-        KernelRegressor(**kwargs)
+        model.fit(PROBLEM["K"], PROBLEM["Y"])
     assert err.value.source == source
 
 

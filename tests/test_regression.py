@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import pickle
 import warnings
 
 import numpy as np
@@ -16,8 +17,11 @@ import scipy.linalg
 import torch
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import DotProduct
+from sklearn.base import clone
 from sklearn.kernel_ridge import KernelRidge
 from sklearn.metrics import mean_absolute_error, r2_score, root_mean_squared_error
+from sklearn.model_selection import GridSearchCV, KFold
+from sklearn.utils import get_tags
 
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
@@ -44,8 +48,14 @@ from molntk.regression import (
     select_regularizer,
 )
 from molntk.regression.selection import DEFAULT_RELATIVE_GRID
+from molntk.regression.sparse import SparseKernelRegressor
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def fitted_attributes(model: object) -> set[str]:
+    """The public fitted attributes (scikit-learn's trailing underscore) of ``model``."""
+    return {name for name in vars(model) if name.endswith("_") and not name.startswith("_")}
 
 
 def feature_problem(n: int = 40, m: int = 9, d: int = 120, k: int = 3, seed: int = 0) -> dict[str, np.ndarray]:
@@ -256,6 +266,58 @@ def test_ntk_regressor_std_is_scaled_ntk_gp_variance():
     np.testing.assert_allclose(mean, p["Y"].mean(0) + sigma * ntk_mean(eig, p["K_test"], Z, t=2.0, lr=0.5, reg=0.01), rtol=1e-12)
 
 
+# ----------------------------------------------------------------------------- scikit-learn estimators
+
+
+def test_estimators_are_cloned_with_their_parameters_only():
+    """``clone`` (used by every scikit-learn search) copies the parameters as given and no
+    fitted state; the clone refits to the same predictions."""
+    p = feature_problem()
+    counts = np.random.default_rng(0).integers(0, 5, size=(40, 3))
+    cases = [
+        (KernelRegressor("nngp", reg=0.1, relative_grid=[1e-3, 1e-1], solver="cholesky"), (p["K"], p["Y"]), p["K_test"]),
+        (
+            SparseKernelRegressor(reg="cv", cv="gcv", relative_grid=[1e-2, 1.0], rank_rtol=1e-10),
+            (p["K"][:, :10], p["K"][:10, :10], p["Y"]),
+            p["K_test"][:, :10],
+        ),
+        (DressedAtomModel(intercept=True, ridge=1e-8), (counts, p["Y"][:, 0]), counts[:5]),
+    ]
+    for estimator, fit_args, test_input in cases:
+        twin = clone(estimator)
+        assert twin is not estimator and twin.get_params() == estimator.get_params()
+        estimator.fit(*fit_args)
+        assert fitted_attributes(estimator) and not fitted_attributes(clone(estimator))
+        np.testing.assert_array_equal(clone(estimator).fit(*fit_args).predict(test_input), estimator.predict(test_input))
+
+
+def test_grid_search_over_reg_on_a_precomputed_kernel_equals_a_manual_loop():
+    """GridSearchCV slices the precomputed kernel by rows and columns (the ``pairwise`` tag):
+    its scores, best λ and refitted predictions equal k-fold R² of dense ridge solves."""
+    p = rbf_problem(n=60, k=2, seed=4)
+    K, Y = p["K"], p["Y"]
+    grid = [1e-3, 1e-2, 1e-1, 1.0, 10.0]
+    folds = KFold(n_splits=4, shuffle=True, random_state=0)
+    assert get_tags(KernelRegressor()).input_tags.pairwise
+    search = GridSearchCV(KernelRegressor("ntk", standardize=False), {"reg": grid}, cv=folds).fit(K, Y)
+    scores = []
+    for reg in grid:
+        r2_folds = []
+        for train, test in folds.split(K):
+            pred = ridge_fit_predict(K, Y, train, test, reg)
+            residual = ((Y[test] - pred) ** 2).sum(axis=0)
+            total = ((Y[test] - Y[test].mean(axis=0)) ** 2).sum(axis=0)
+            r2_folds.append(np.mean(1.0 - residual / total))  # R² averaged over the two targets
+        scores.append(np.mean(r2_folds))
+    # cond(K_fold + λI) ≤ ~1e5 at λ = 1e-3: eigh and LU solves agree to ~1e-11 relative.
+    np.testing.assert_allclose(search.cv_results_["mean_test_score"], scores, rtol=1e-9)
+    best = grid[int(np.argmax(scores))]
+    assert 0 < grid.index(best) < len(grid) - 1  # an interior optimum: the comparison is not trivial
+    assert search.best_params_ == {"reg": best} and search.best_estimator_.reg_ == best
+    expected = p["K_test"] @ np.linalg.solve(K + best * np.eye(len(K)), Y)
+    np.testing.assert_allclose(search.predict(p["K_test"]), expected, rtol=1e-9, atol=1e-12)
+
+
 # ----------------------------------------------------------------------------- λ selection
 
 
@@ -319,19 +381,19 @@ def test_kfold_at_finite_time_equals_per_fold_refits():
 def test_chosen_reg_is_the_minimum_of_the_curve(criterion):
     p = rbf_problem()
     model = KernelRegressor("ntk", reg="cv", cv=criterion, n_folds=4, seed=3).fit(p["K"], p["Y"])
-    curve = model.info["cv"]
-    assert curve["criterion"] == criterion
-    assert len(curve["reg"]) == len(DEFAULT_RELATIVE_GRID)
-    best = int(np.argmin(curve["score"]))
-    assert model.info["reg"] == curve["reg"][best] == curve["best_reg"]
-    np.testing.assert_allclose(curve["reg_relative"], DEFAULT_RELATIVE_GRID)
-    np.testing.assert_allclose(np.array(curve["reg"]) / np.mean(np.diag(p["K"])), DEFAULT_RELATIVE_GRID)
-    np.testing.assert_allclose(curve["score"], np.mean(curve["score_per_target"], axis=1))
+    curve = model.cv_result_
+    assert curve.criterion == criterion
+    assert len(curve.grid) == len(DEFAULT_RELATIVE_GRID)
+    best = int(np.argmin(curve.scores))
+    assert model.reg_ == curve.grid[best] == curve.best_reg
+    np.testing.assert_allclose(curve.relative_grid, DEFAULT_RELATIVE_GRID)
+    np.testing.assert_allclose(np.array(curve.grid) / np.mean(np.diag(p["K"])), DEFAULT_RELATIVE_GRID)
+    np.testing.assert_allclose(curve.scores, np.mean(curve.scores_per_target, axis=1))
     # the curve is the one select_regularizer gives for the standardised targets
     Z = (p["Y"] - p["Y"].mean(0)) / p["Y"].std(0)
     direct = select_regularizer(eigensystem(p["K"]), Z, criterion=criterion, n_folds=4, seed=3)
-    np.testing.assert_allclose(curve["score"], direct.scores, rtol=1e-12)
-    assert set(model.info) >= {"reg", "cv", "condition_number", "fit_seconds", "eigenvalues_clipped"}
+    np.testing.assert_allclose(curve.scores, direct.scores, rtol=1e-12)
+    assert fitted_attributes(model) >= {"reg_", "cv_result_", "condition_number_", "fit_seconds_", "eigenvalues_clipped_"}
 
 
 def test_more_noise_selects_a_larger_regulariser():
@@ -341,7 +403,7 @@ def test_more_noise_selects_a_larger_regulariser():
     chosen = []
     for noise in (0.01, 3.0):
         y = clean + noise * rng.normal(size=80)
-        chosen.append(KernelRegressor("nngp", cv="loo").fit(p["K"], y).info["reg"])
+        chosen.append(KernelRegressor("nngp", cv="loo").fit(p["K"], y).reg_)
     assert chosen[1] > 100 * chosen[0]
 
 
@@ -352,18 +414,18 @@ def test_selection_sees_training_data_only():
     assert not {name for name in selection_args if "test" in name}
     p = rbf_problem()
     model = KernelRegressor("ntk", cv="kfold").fit(p["K"], p["Y"])
-    info = dict(model.info)
+    fitted = pickle.dumps(vars(model))
     first = model.predict(p["K_test"])
     model.predict(np.random.default_rng(0).normal(size=(5, len(p["K"]))))
-    assert model.info == info
+    assert pickle.dumps(vars(model)) == fitted
     np.testing.assert_array_equal(model.predict(p["K_test"]), first)
 
 
 def test_loo_is_refused_at_finite_time():
-    with pytest.raises(InputError) as err:
-        KernelRegressor("ntk", t=1.0, cv="loo")
-    assert err.value.source == "cv"
     p = feature_problem()
+    with pytest.raises(InputError) as err:
+        KernelRegressor("ntk", t=1.0, cv="loo").fit(p["K"], p["Y"])
+    assert err.value.source == "cv"
     with pytest.raises(InputError, match="LOO"):
         select_regularizer(eigensystem(p["K"]), p["Y"], criterion="loo", t=1.0)
     # finite t with k-fold or GCV works
@@ -390,8 +452,8 @@ def test_condition_number_clipping_and_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model = KernelRegressor("ntk", reg=1.0).fit(low_rank, np.arange(40.0))
-    assert model.info["eigenvalues_clipped"] == eig.n_clipped
-    assert model.info["condition_number"] == pytest.approx(np.linalg.cond(low_rank + np.eye(40)), rel=1e-8)
+    assert model.eigenvalues_clipped_ == eig.n_clipped
+    assert model.condition_number_ == pytest.approx(np.linalg.cond(low_rank + np.eye(40)), rel=1e-8)
     # a clearly indefinite matrix is not a kernel
     with pytest.raises(InputError, match="positive semi-definite") as err:
         eigensystem(low_rank - 0.5 * np.eye(40))
@@ -536,8 +598,9 @@ def test_bad_predict_inputs_name_the_argument():
     ],
 )
 def test_bad_settings_name_the_argument(kwargs, source):
+    model = KernelRegressor(**kwargs)  # parameters are stored as given (scikit-learn) and checked by fit
     with pytest.raises(InputError) as err:
-        KernelRegressor(**kwargs)
+        model.fit(BASE["K"], BASE["Y"])
     assert err.value.source == source
 
 

@@ -58,7 +58,7 @@ def test_all_environments_inducing_reproduces_the_exact_model(data):
     sparse = SO3NTKRegressor(reg=lam, inducing=10_000, rank_rtol=1e-12, **CHEAP).fit(train, y)
     n_env = sum(m.n_atoms for m in train)
     assert isinstance(sparse.regressor_, SparseKernelRegressor)
-    assert sparse.regressor_.info["n_inducing"] == n_env == sparse.inducing_.n_molecules
+    assert sparse.regressor_.n_inducing_ == n_env == sparse.inducing_.n_molecules
     assert sorted(sparse.inducing_rows_.tolist()) == list(range(n_env))
     diff = np.abs(sparse.predict(test) - exact.predict(test)).max()
 
@@ -100,7 +100,7 @@ def test_sparse_model_on_30_environments_predicts_and_is_rotation_invariant(data
     would fail if the kernel's invariance error were ~2 orders larger."""
     _, y, test, y_test = data
     model = sparse30
-    assert model.regressor_.info["n_inducing"] == 30 == len(model.inducing_rows_)
+    assert model.regressor_.n_inducing_ == 30 == len(model.inducing_rows_)
     assert model.inducing_.n_molecules == 30
     mean = model.predict(test)
     assert mean.shape == (len(test),) and np.isfinite(mean).all()
@@ -120,7 +120,7 @@ def test_sparse_save_load_round_trip_and_exact_files_still_load(data, sparse30, 
     assert np.array_equal(loaded.inducing_rows_, sparse30.inducing_rows_)
     assert torch.equal(loaded.inducing_.coeffs, sparse30.inducing_.coeffs)
     assert np.array_equal(loaded.predict(test), sparse30.predict(test))
-    assert loaded.regressor_.info["n_inducing"] == 30
+    assert loaded.regressor_.n_inducing_ == 30
 
     exact = SO3NTKRegressor(reg=1.0, **CHEAP).fit(train, y)
     exact_path = exact.save(tmp_path / "exact.npz")

@@ -66,7 +66,7 @@ def test_all_training_points_as_inducing_matches_kernel_regressor() -> None:
     exact = KernelRegressor("ntk", reg=reg).fit(K, Y)
     # K̃ = K K⁻¹ K = K (cond(K) ≈ 40, no eigenvalue dropped): the same ridge problem, rounding only.
     np.testing.assert_allclose(sparse.predict(K_test), exact.predict(K_test), rtol=1e-9, atol=1e-9 * np.abs(Y).max())
-    assert sparse.info["rank"] == 40 and sparse.info["eigenvalues_clipped"] == 0
+    assert sparse.rank_ == 40 and sparse.eigenvalues_clipped_ == 0
     # λ = 0 is allowed where K̃ is nonsingular (n = r): it interpolates the training targets.
     interp = SparseKernelRegressor(reg=0.0).fit(K, K, Y)
     np.testing.assert_allclose(interp.predict(K), Y, rtol=0, atol=1e-9 * np.abs(Y).max())
@@ -113,14 +113,14 @@ def test_loo_residuals_match_refits() -> None:
     relative = np.array([1e-2, 1e-1, 1.0])
     mean_diag = float(np.mean(np.diag(nystrom_kernel(p))))
     model = SparseKernelRegressor(reg="cv", standardize=False, relative_grid=relative).fit(p["K_nm"], p["K_mm"], p["Y"])
-    np.testing.assert_allclose(model.info["cv"]["reg"], relative * mean_diag, rtol=1e-12)
+    np.testing.assert_allclose(model.cv_result_.grid, relative * mean_diag, rtol=1e-12)
     for j, reg in enumerate(relative * mean_diag):
         brute = brute_loo(p, p["Y"], reg)
         # 1 − h_i ≥ ~1e-2 here, so rounding (~1e-14) grows to at most ~1e-12 relative.
         np.testing.assert_allclose(
             sparse_loo_residuals(p["K_nm"], p["K_mm"], p["Y"], reg), brute, rtol=1e-10, atol=1e-12
         )
-        np.testing.assert_allclose(model.info["cv"]["score"][j], np.mean(brute**2), rtol=1e-10)
+        np.testing.assert_allclose(model.cv_result_.scores[j], np.mean(brute**2), rtol=1e-10)
 
 
 def test_cv_picks_the_brute_force_argmin() -> None:
@@ -128,17 +128,17 @@ def test_cv_picks_the_brute_force_argmin() -> None:
     rng = np.random.default_rng(3)
     Y = p["K_nm"] @ rng.normal(size=(8, 2)) + 0.05 * rng.normal(size=(25, 2))  # in the model, so λ is interior
     default = SparseKernelRegressor(reg="cv").fit(p["K_nm"], p["K_mm"], Y)
-    np.testing.assert_allclose(default.info["cv"]["reg_relative"], DEFAULT_RELATIVE_GRID, rtol=1e-15)
+    np.testing.assert_allclose(default.cv_result_.relative_grid, DEFAULT_RELATIVE_GRID, rtol=1e-15)
     relative = np.logspace(-4, 0, 9)
     model = SparseKernelRegressor(reg="cv", relative_grid=relative).fit(p["K_nm"], p["K_mm"], Y)
-    assert not model.info["cv"]["at_grid_edge"]
+    assert not model.cv_result_.at_grid_edge
     Z = (Y - Y.mean(0)) / Y.std(0)
     grid = relative * float(np.mean(np.diag(nystrom_kernel(p))))
     brute = np.array([np.mean(brute_loo(p, Z, reg) ** 2) for reg in grid])  # mean over points and targets
-    assert model.info["reg"] == pytest.approx(grid[np.argmin(brute)], rel=1e-12)
-    assert model.info["reg_relative"] == pytest.approx(relative[np.argmin(brute)], rel=1e-12)
+    assert model.reg_ == pytest.approx(grid[np.argmin(brute)], rel=1e-12)
+    assert model.reg_relative_ == pytest.approx(relative[np.argmin(brute)], rel=1e-12)
     # The smallest λ has 1 − h ~ 1e-4, amplifying ~1e-14 rounding to ≲ 1e-10 relative.
-    np.testing.assert_allclose(model.info["cv"]["score"], brute, rtol=1e-8)
+    np.testing.assert_allclose(model.cv_result_.scores, brute, rtol=1e-8)
 
 
 def test_gcv_matches_direct_computation() -> None:
@@ -152,8 +152,8 @@ def test_gcv_matches_direct_computation() -> None:
         H = K @ np.linalg.inv(K + reg * np.eye(n))
         direct = np.mean(((np.eye(n) - H) @ p["Y"]) ** 2, axis=0) / (1 - np.trace(H) / n) ** 2
         # K + λI has cond ≤ ~1e4 · ‖K‖ / mean diag: the dense inverse keeps ≳ 1e-10 relative.
-        np.testing.assert_allclose(model.info["cv"]["score_per_target"][j], direct, rtol=1e-8)
-    assert model.info["cv"]["criterion"] == "gcv"
+        np.testing.assert_allclose(model.cv_result_.scores_per_target[j], direct, rtol=1e-8)
+    assert model.cv_result_.criterion == "gcv"
 
 
 # ------------------------------------------------------------------ other implementations
@@ -185,7 +185,7 @@ def test_multi_target_columns_match_single_target_fits() -> None:
     p = problem(k=3, seed=7)
     multi = SparseKernelRegressor(reg=0.1).fit(p["K_nm"], p["K_mm"], p["Y"])
     predicted = multi.predict(p["K_tm"])
-    assert predicted.shape == (7, 3) and multi.info["n_targets"] == 3
+    assert predicted.shape == (7, 3) and multi.n_targets_ == 3
     for j in range(3):
         single = SparseKernelRegressor(reg=0.1).fit(p["K_nm"], p["K_mm"], p["Y"][:, j])
         out = single.predict(p["K_tm"])
@@ -199,17 +199,17 @@ def test_duplicate_inducing_points_are_dropped_by_rank_truncation() -> None:
     S = np.concatenate([p["S"], p["S"][:3]])
     dup = SparseKernelRegressor(reg=0.05).fit(rbf(p["X"], S), rbf(S, S), p["Y"])
     plain = SparseKernelRegressor(reg=0.05).fit(p["K_nm"], p["K_mm"], p["Y"])
-    assert dup.info["eigenvalues_clipped"] == 3 and dup.info["rank"] == 8 and dup.info["n_inducing"] == 11
-    assert abs(dup.info["min_eigenvalue"]) < 1e-12
+    assert dup.eigenvalues_clipped_ == 3 and dup.rank_ == 8 and dup.n_inducing_ == 11
+    assert abs(dup.min_eigenvalue_) < 1e-12
     # The kept eigenvalues span the same functions as the 8 distinct points (K_mm cond ~ 10):
     # same K̃, same predictions up to rounding.
     np.testing.assert_allclose(dup.predict(rbf(p["X_test"], S)), plain.predict(p["K_tm"]), rtol=1e-9, atol=1e-10)
 
 
-# ------------------------------------------------------------------ info, memmap, warnings, errors
+# ------------------------------------------------------------------ fitted attributes, memmap, warnings, errors
 
 
-def test_info_and_read_only_memmap(tmp_path) -> None:
+def test_fitted_attributes_and_read_only_memmap(tmp_path) -> None:
     p = problem(seed=9)
     path = tmp_path / "K_nm.f64"
     writer = np.memmap(path, dtype=np.float64, mode="w+", shape=p["K_nm"].shape)
@@ -221,33 +221,30 @@ def test_info_and_read_only_memmap(tmp_path) -> None:
     in_memory = SparseKernelRegressor(reg=reg).fit(p["K_nm"], p["K_mm"], p["Y"])
     np.testing.assert_array_equal(model.predict(p["K_tm"]), in_memory.predict(p["K_tm"]))
     np.testing.assert_array_equal(np.asarray(K_nm), p["K_nm"])
-    info = model.info
-    assert set(info) == {
-        "method",
-        "solver",
-        "t",
-        "reg",
-        "reg_relative",
-        "cv",
-        "condition_number",
-        "eigenvalues_clipped",
-        "min_eigenvalue",
-        "rank",
-        "n_inducing",
-        "target_mean",
-        "target_scale",
-        "n_train",
-        "n_targets",
-        "fit_seconds",
+    assert {name for name in vars(model) if name.endswith("_") and not name.startswith("_")} == {
+        "solver_",
+        "reg_",
+        "reg_relative_",
+        "cv_result_",
+        "condition_number_",
+        "eigenvalues_clipped_",
+        "min_eigenvalue_",
+        "rank_",
+        "n_inducing_",
+        "target_mean_",
+        "target_scale_",
+        "n_train_",
+        "n_targets_",
+        "fit_seconds_",
     }
-    assert (info["method"], info["solver"], info["t"], info["cv"]) == ("ntk", "sparse", math.inf, None)
-    assert (info["rank"], info["n_inducing"], info["n_train"], info["n_targets"]) == (8, 8, 25, 1)
+    assert (model.method, model.solver_, model.t, model.cv_result_) == ("ntk", "sparse", math.inf, None)
+    assert (model.rank_, model.n_inducing_, model.n_train_, model.n_targets_) == (8, 8, 25, 1)
     K = nystrom_kernel(p)
     # n > r: K̃ has rank 8, so cond = (s_max + λ) / λ; eigenvalue routines agree to ~1e-12 relative.
-    assert info["condition_number"] == pytest.approx((np.linalg.eigvalsh(K)[-1] + reg) / reg, rel=1e-10)
-    assert info["reg_relative"] == pytest.approx(reg / np.mean(np.diag(K)), rel=1e-12)
-    assert info["min_eigenvalue"] == pytest.approx(np.linalg.eigvalsh(p["K_mm"])[0], rel=1e-8)
-    assert info["target_mean"] == pytest.approx([p["Y"].mean()]) and info["target_scale"] == pytest.approx(
+    assert model.condition_number_ == pytest.approx((np.linalg.eigvalsh(K)[-1] + reg) / reg, rel=1e-10)
+    assert model.reg_relative_ == pytest.approx(reg / np.mean(np.diag(K)), rel=1e-12)
+    assert model.min_eigenvalue_ == pytest.approx(np.linalg.eigvalsh(p["K_mm"])[0], rel=1e-8)
+    assert model.target_mean_ == pytest.approx([p["Y"].mean()]) and model.target_scale_ == pytest.approx(
         [p["Y"].std()]
     )
 
@@ -291,9 +288,10 @@ def test_fit_rejects_bad_inputs(change: dict[str, np.ndarray], name: str) -> Non
         ({"rank_rtol": 0.0}, "rank_rtol"),
     ],
 )
-def test_constructor_rejects_bad_settings(kwargs: dict[str, object], name: str) -> None:
+def test_fit_rejects_bad_settings(kwargs: dict[str, object], name: str) -> None:
+    model = SparseKernelRegressor(**kwargs)  # parameters are stored as given (scikit-learn) and checked by fit
     with pytest.raises(InputError) as err:
-        SparseKernelRegressor(**kwargs)
+        model.fit(P["K_nm"], P["K_mm"], P["Y"])
     assert err.value.source == name
 
 

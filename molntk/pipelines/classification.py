@@ -36,10 +36,11 @@ def one_hot(labels: np.ndarray, n_classes: int) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class Fit:
-    """Class scores Ŷ (m, C) of the test rows, the regressor's ``info`` and the seconds to predict."""
+    """Class scores Ŷ (m, C) of the test rows, the fitted regressor (λ in ``reg_``, the CV
+    curve in ``cv_result_``, ...) and the seconds to predict."""
 
     scores: np.ndarray
-    info: dict[str, object]
+    regressor: KernelRegressor
     predict_seconds: float
 
     @property
@@ -53,7 +54,7 @@ def fit_predict(K_train: np.ndarray, labels: np.ndarray, K_test: np.ndarray, n_c
     regressor = KernelRegressor("ntk", reg="cv", cv=cv).fit(K_train, one_hot(labels, n_classes))
     start = time.perf_counter()
     scores = regressor.predict(K_test)
-    return Fit(np.asarray(scores), regressor.info, time.perf_counter() - start)
+    return Fit(np.asarray(scores), regressor, time.perf_counter() - start)
 
 
 def orbit_same_predictions(orbit_labels: np.ndarray) -> float:

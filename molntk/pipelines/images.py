@@ -215,11 +215,11 @@ def run_image_classification(config: ImageClassificationConfig, source: str) -> 
                         "n_rotations": net.n,
                         "n_orbit": n_orbit,
                         "orbit_accuracy": float(np.mean(orbit.reshape(-1) == y_orbit)),
-                        "reg": fit.info["reg"],
-                        "reg_relative": fit.info["reg_relative"],
-                        "cv_at_grid_edge": fit.info["cv"]["at_grid_edge"],
+                        "reg": fit.regressor.reg_,
+                        "reg_relative": fit.regressor.reg_relative_,
+                        "cv_at_grid_edge": fit.regressor.cv_result_.at_grid_edge,
                         "kernel_seconds": kernel_seconds,
-                        "fit_seconds": fit.info["fit_seconds"],
+                        "fit_seconds": fit.regressor.fit_seconds_,
                         "predict_seconds": fit.predict_seconds,
                     }
                 )

@@ -378,14 +378,14 @@ def select_candidate(
     for cand in candidates:
         selection_kernel = engine.assemble(block_kernel(cand, selection, key), np.arange(len(y)))
         model = fit_kernel_ridge(selection_kernel.matrices["kernel_train"], y, config, cand.quadrature)
-        curve = model.info["cv"]
-        rmse = math.sqrt(curve["score"][curve["best_index"]]) * float(np.mean(model.info["target_scale"]))
+        curve = model.cv_result_
+        rmse = math.sqrt(curve.scores[curve.best_index]) * float(np.mean(model.target_scale_))
         rows.append({
             "candidate": cand.label,
             "params": cand.params,
             "cv_rmse": rmse,
-            "reg_relative": model.info["reg_relative"],
-            "at_grid_edge": curve["at_grid_edge"],
+            "reg_relative": model.reg_relative_,
+            "at_grid_edge": curve.at_grid_edge,
             "kernel_seconds": float(selection_kernel.seconds.sum()),
         })
     best = int(np.argmin([row["cv_rmse"] for row in rows]))
@@ -597,7 +597,8 @@ def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int
                    kernel_seconds: tuple[float, float], hyperparameters: str, **extra: Any) -> dict[str, Any]:
     """The record of one kernel model at training size n: the dressed-atom model (when
     ``residual``), ``fit`` on the residual targets of the first n training molecules (a
-    fitted regressor with ``predict`` and ``info``), predictions from its kernels against
+    fitted regressor with ``predict`` and the fitted attributes ``reg_relative_``, ``solver_``,
+    ``cv_result_``, ``condition_number_``, ``eigenvalues_clipped_``), predictions from its kernels against
     the test set and the rotated copies; ``kernel_seconds`` (training, test) are added to
     the measured fit and predict times; ``extra`` goes into the record."""
     y = sets.train_targets[target][:n]
@@ -618,7 +619,7 @@ def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int
         name, target, n, sets.units[target], sets.test_targets[target], pred,
         fit_seconds=fit_seconds, predict_seconds=predict_seconds,
         invariance_error=invariance_error(pred, pred_rot, sets.n_rotations),
-        hyperparameters=hyperparameters, reg_relative=model.info["reg_relative"], solver=model.info.get("solver", "eigh"),
-        reg_at_grid_edge=None if model.info.get("cv") is None else model.info["cv"]["at_grid_edge"],
-        condition_number=model.info["condition_number"], eigenvalues_clipped=model.info["eigenvalues_clipped"], **extra,
+        hyperparameters=hyperparameters, reg_relative=model.reg_relative_, solver=model.solver_,
+        reg_at_grid_edge=None if model.cv_result_ is None else model.cv_result_.at_grid_edge,
+        condition_number=model.condition_number_, eigenvalues_clipped=model.eigenvalues_clipped_, **extra,
     )

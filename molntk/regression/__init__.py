@@ -1,4 +1,11 @@
-"""Kernel regression on precomputed NTK / NNGP kernels.
+"""Kernel regression on precomputed NTK / NNGP kernels, as scikit-learn estimators.
+
+The regressors (:class:`KernelRegressor`, :class:`SparseKernelRegressor`,
+:class:`DressedAtomModel`) are ``BaseEstimator`` + ``RegressorMixin``: ``__init__`` stores
+the parameters as given, ``fit`` checks them (:class:`~molntk.errors.InputError` naming the
+parameter) and sets fitted attributes with a trailing underscore (``reg_``, ``cv_result_``,
+...), so ``clone``, ``GridSearchCV`` and ``cross_val_score`` apply. ``KernelRegressor``
+works like ``KernelRidge(kernel="precomputed")``: ``fit(K_train, y)``, ``predict(K_test)``.
 
 - :mod:`~molntk.regression.spectral`: one eigendecomposition of the train kernel, condition
   numbers, eigenvalue clipping;
@@ -7,10 +14,14 @@
 - :mod:`~molntk.regression.gp`: NNGP posterior mean and variance;
 - :mod:`~molntk.regression.selection`: λ by closed-form LOO, exact k-fold, or GCV;
 - :mod:`~molntk.regression.scaling`: per-target standardisation;
+- :mod:`~molntk.regression.nystrom`: the Nyström factorisation of m inducing points;
 - :mod:`~molntk.regression.solvers`: Cholesky, preconditioned CG and Nyström solves of
   (K + λI) X = Y for large N;
-- :mod:`~molntk.regression.estimator`: :class:`KernelRegressor` (fit / predict / info), by
-  eigendecomposition (λ by CV, finite t, variances) or, for large N, Cholesky or PCG;
+- :mod:`~molntk.regression.estimator`: :class:`KernelRegressor`, by eigendecomposition
+  (λ by CV, finite t, variances) or, for large N, Cholesky or PCG;
+- :mod:`~molntk.regression.sparse`: :class:`SparseKernelRegressor`, kernel ridge on the
+  Nyström kernel, λ by closed-form LOO or GCV;
+- :mod:`~molntk.regression.validation`: conversion and checks of the arrays and numbers taken;
 - :mod:`~molntk.regression.dressed_atom`: per-element linear baseline;
 - :mod:`~molntk.regression.metrics`: MAE, RMSE, R².
 """
@@ -29,6 +40,7 @@ from molntk.regression.selection import (
     loo_residuals,
     select_regularizer,
 )
+from molntk.regression.sparse import SparseKernelRegressor
 from molntk.regression.spectral import Eigensystem, IllConditionedWarning, eigensystem
 
 __all__ = [
@@ -38,6 +50,7 @@ __all__ = [
     "IllConditionedWarning",
     "KernelRegressor",
     "PCGConvergenceWarning",
+    "SparseKernelRegressor",
     "TargetScaler",
     "eigensystem",
     "element_counts",

@@ -19,9 +19,11 @@ from typing import Protocol
 
 import numpy as np
 
+from sklearn.base import BaseEstimator, RegressorMixin
+
 from molntk.data.molecule import Molecule, element_number, element_symbol
 from molntk.errors import InputError
-from molntk.regression import _inputs
+from molntk.regression import validation
 
 
 class HasNumbers(Protocol):
@@ -54,33 +56,39 @@ def element_counts(molecules: Iterable[HasNumbers], elements: Sequence[int | str
     return np.array(rows, dtype=np.int64).reshape(-1, len(zs))
 
 
-class DressedAtomModel:
-    """Per-element linear model y ≈ C w (+ b). After ``fit``: ``coef_`` (E,) or (E, k) and
-    ``intercept_`` (0-d or (k,); zero without ``intercept``), shaped like the targets."""
+class DressedAtomModel(RegressorMixin, BaseEstimator):
+    """Per-element linear model y ≈ C w (+ b), a scikit-learn estimator: ``fit(counts, y)``,
+    ``predict(counts)`` with counts the (N, E) matrix of :func:`element_counts`.
+
+    ``intercept``: fit b too; ``ridge``: the relative λ of the module docstring (≥ 0). The
+    parameters are stored as given and checked by ``fit`` (InputError naming ``ridge``).
+    Fitted attributes: ``coef_`` (E,) or (E, k) and ``intercept_`` (0-d or (k,); zero
+    without ``intercept``), shaped like the targets.
+    """
 
     def __init__(self, *, intercept: bool = False, ridge: float = 1e-12) -> None:
-        self.intercept = bool(intercept)
-        self.ridge = _inputs.nonnegative(ridge, "ridge")
-        self.coef_: np.ndarray | None = None
-        self.intercept_: np.ndarray | None = None
+        self.intercept = intercept
+        self.ridge = ridge
 
-    def _counts(self, counts: object, *, rows: int | None = None) -> np.ndarray:
-        array = _inputs.matrix(counts, "counts", rows=rows)
+    @staticmethod
+    def _counts(counts: object, *, columns: int | None = None) -> np.ndarray:
+        """The (N, E) count matrix as float64, ≥ 0, with E = ``columns`` when given."""
+        array = validation.matrix(counts, "counts")
         if (array < 0).any():
             raise InputError("counts", "element counts must be ≥ 0")
-        if self.coef_ is not None and array.shape[1] != self.coef_.shape[0]:
-            raise InputError("counts", f"must have {self.coef_.shape[0]} element columns, got shape {array.shape}")
+        if columns is not None and array.shape[1] != columns:
+            raise InputError("counts", f"must have {columns} element columns, got shape {array.shape}")
         return array
 
     def fit(self, counts: object, y: object) -> DressedAtomModel:
         """Least-squares (tiny ridge) fit of y ((N,) or (N, k)) on counts (N, E)."""
-        self.coef_ = self.intercept_ = None
+        ridge = validation.nonnegative(self.ridge, "ridge")
         C = self._counts(counts)
-        Y, was_1d = _inputs.targets(y, "y", rows=C.shape[0])
+        Y, was_1d = validation.targets(y, "y", rows=C.shape[0])
         c_mean = C.mean(axis=0) if self.intercept else np.zeros(C.shape[1])
         y_mean = Y.mean(axis=0) if self.intercept else np.zeros(Y.shape[1])
         Cc, Yc = C - c_mean, Y - y_mean
-        lam = self.ridge * float(np.mean(Cc**2)) * C.shape[0]
+        lam = ridge * float(np.mean(Cc**2)) * C.shape[0]
         design = np.vstack([Cc, np.sqrt(lam) * np.eye(C.shape[1])])
         rhs = np.vstack([Yc, np.zeros((C.shape[1], Y.shape[1]))])
         coef = np.linalg.lstsq(design, rhs, rcond=None)[0]
@@ -91,14 +99,14 @@ class DressedAtomModel:
 
     def predict(self, counts: object) -> np.ndarray:
         """ŷ = C w + b, shaped (N,) or (N, k) like the fitted targets."""
-        if self.coef_ is None or self.intercept_ is None:
+        if not hasattr(self, "coef_"):
             raise InputError("DressedAtomModel", "predict called before fit")
-        return self._counts(counts) @ self.coef_ + self.intercept_
+        return self._counts(counts, columns=self.coef_.shape[0]) @ self.coef_ + self.intercept_
 
     def residual(self, counts: object, y: object) -> np.ndarray:
         """y - ŷ: what a kernel model learns on top of the dressed atoms."""
         prediction = self.predict(counts)
-        target = _inputs.as_float64(y, "y")
+        target = validation.as_float64(y, "y")
         if target.shape != prediction.shape:
             raise InputError("y", f"must have shape {prediction.shape} like the prediction, got {target.shape}")
         return target - prediction

@@ -1,8 +1,12 @@
 """``KernelRegressor``: NTK or NNGP regression on precomputed kernels, with λ chosen by CV.
 
-``fit`` sees only training data: the train kernel (n, n) and targets Y ((n,) or (n, k)). It
-standardises Y (optional) to Z and stores dual weights W, so that ``predict`` is one product
-K(x, X) W (O(m n k)). How W is computed is the ``solver``:
+A scikit-learn estimator in the manner of ``KernelRidge(kernel="precomputed")``: ``fit``
+takes the train kernel K_train (n, n) and targets Y ((n,) or (n, k)), ``predict`` the
+test-train kernel (m, n), and the estimator is tagged ``pairwise``, so that
+:class:`~sklearn.model_selection.GridSearchCV` slices a precomputed kernel by rows and
+columns. ``fit`` sees only training data: it standardises Y (optional) to Z and stores dual
+weights W, so that ``predict`` is one product K(x, X) W (O(m n k)). How W is computed is the
+``solver``:
 
 - ``"eigh"`` (default): K_train is eigendecomposed once; λ is chosen on the training data
   when ``reg="cv"`` (:func:`~molntk.regression.selection.select_regularizer`), W = M_t Z at
@@ -38,18 +42,20 @@ import math
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.linalg
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils import Tags
 
 from molntk.errors import InputError
-from molntk.regression import _inputs
+from molntk.regression import validation
 from molntk.regression.gp import nngp_variance
 from molntk.regression.ntk import ntk_gp_variance, ntk_weights
 from molntk.regression.scaling import TargetScaler
-from molntk.regression.selection import CRITERIA, select_regularizer
-from molntk.regression.solvers import PRECONDITIONERS, _kernel, cholesky_factor, pcg_solve
+from molntk.regression.selection import CRITERIA, CVResult, select_regularizer
+from molntk.regression.solvers import PRECONDITIONERS, Solution, cholesky_factor, pcg_solve, square_kernel
 from molntk.regression.spectral import (
     ILL_CONDITIONED,
     PSD_RTOL,
@@ -71,8 +77,8 @@ class PCGConvergenceWarning(UserWarning):
     relative residual reached, and is accurate to about cond(K + λI) times it."""
 
 
-class KernelRegressor:
-    """Kernel regression on a precomputed NTK or NNGP kernel.
+class KernelRegressor(RegressorMixin, BaseEstimator):
+    """Kernel regression on a precomputed NTK or NNGP kernel (a scikit-learn estimator).
 
     ``method``: ``"ntk"`` (mean μ_t of the trained infinite network) or ``"nngp"`` (GP
     posterior). ``t``, ``lr``: training time and learning rate of the NTK gradient flow
@@ -96,14 +102,19 @@ class KernelRegressor:
     ``np.memmap`` of float64, which ``"pcg"`` reads in place (``"cholesky"`` copies it into
     its factor).
 
-    After ``fit``, ``info`` holds: ``method``, ``solver``, ``t``, ``lr``, ``reg`` (λ used),
-    ``reg_relative`` (λ / mean(diag K_train)), ``cv`` (the curve, :meth:`CVResult.to_dict`,
-    or None), ``condition_number`` of K_train + λI (``"eigh"``: cond₂ from the eigenvalues;
-    ``"cholesky"``: LAPACK's estimate of cond₁, which lies between cond₂ and n · cond₂;
-    ``"pcg"``: None), ``eigenvalues_clipped`` and ``min_eigenvalue`` (before clipping;
-    None unless ``"eigh"``), ``target_mean``, ``target_scale``, ``n_train``, ``n_targets``,
-    ``fit_seconds``, and for ``"pcg"`` ``iterations`` and ``residual`` (largest final
-    relative residual).
+    The parameters are stored as given; :meth:`check_params` (called first by ``fit``)
+    raises :class:`InputError` naming the first one out of range.
+
+    Fitted attributes: ``solver_`` (the solver of the fitted state), ``reg_`` (λ used),
+    ``reg_relative_`` (λ / mean(diag K_train)), ``cv_result_`` (the
+    :class:`~molntk.regression.selection.CVResult` curve, or None), ``condition_number_`` of
+    K_train + λI (``"eigh"``: cond₂ from the eigenvalues; ``"cholesky"``: LAPACK's estimate
+    of cond₁, which lies between cond₂ and n · cond₂; ``"pcg"``: None),
+    ``eigenvalues_clipped_`` and ``min_eigenvalue_`` (before clipping; None unless
+    ``"eigh"``), ``target_mean_``, ``target_scale_`` ((k,) arrays), ``n_train_``,
+    ``n_targets_``, ``fit_seconds_``, and ``n_iter_`` and ``pcg_residual_`` (largest final
+    relative residual; None unless ``"pcg"``). :meth:`load_fitted_arrays` sets ``solver_``,
+    ``reg_``, ``target_mean_``, ``target_scale_``, ``n_train_`` and ``n_targets_``.
     """
 
     def __init__(
@@ -125,29 +136,51 @@ class KernelRegressor:
         preconditioner: str = "pivoted-cholesky",
         preconditioner_rank: int = 200,
     ) -> None:
-        self.method = _inputs.choice(method, "method", METHODS)
-        self.t = _inputs.nonnegative(t, "t", allow_inf=True)
-        if self.method == "nngp" and not math.isinf(self.t):
-            raise InputError("t", "a training time applies to method='ntk' only; the NNGP posterior has none")
-        self.lr = _inputs.positive(lr, "lr")
-        self.reg = reg if reg == "cv" else _inputs.nonnegative(reg, "reg")
-        self.solver = _inputs.choice(solver, "solver", SOLVERS)
-        if self.solver != "eigh":
-            self._check_large_n_settings()
-        self.cv = _inputs.choice(cv, "cv", CRITERIA)
-        if reg == "cv" and self.cv == "loo" and not math.isinf(self.t):
-            raise InputError("cv", "the closed-form LOO is exact only at t = inf; use 'kfold' or 'gcv' at finite t")
-        self.standardize = bool(standardize)
+        self.method = method
+        self.t = t
+        self.lr = lr
+        self.reg = reg
+        self.cv = cv
+        self.standardize = standardize
         self.relative_grid = relative_grid
-        self.n_folds = _inputs.integer(n_folds, "n_folds", minimum=2)
-        self.seed = _inputs.integer(seed, "seed", minimum=0)
-        self.psd_rtol = _inputs.positive(psd_rtol, "psd_rtol")
-        self.pcg_tol = _inputs.positive(pcg_tol, "pcg_tol")
-        self.pcg_max_iter = _inputs.integer(pcg_max_iter, "pcg_max_iter", minimum=1)
-        self.preconditioner = _inputs.choice(preconditioner, "preconditioner", PRECONDITIONERS)
-        self.preconditioner_rank = _inputs.integer(preconditioner_rank, "preconditioner_rank", minimum=1)
-        self.info: dict[str, object] = {}
-        self._fitted: _Fitted | None = None
+        self.n_folds = n_folds
+        self.seed = seed
+        self.psd_rtol = psd_rtol
+        self.solver = solver
+        self.pcg_tol = pcg_tol
+        self.pcg_max_iter = pcg_max_iter
+        self.preconditioner = preconditioner
+        self.preconditioner_rank = preconditioner_rank
+
+    def __sklearn_tags__(self) -> Tags:
+        """scikit-learn's tags with ``input_tags.pairwise``: X is a kernel matrix (its columns
+        are training points too) and multi-output targets (n, k) are accepted."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.pairwise = True
+        tags.target_tags.multi_output = True
+        return tags
+
+    def check_params(self) -> None:
+        """Raise :class:`InputError` naming the first parameter out of range."""
+        validation.choice(self.method, "method", METHODS)
+        t = validation.nonnegative(self.t, "t", allow_inf=True)
+        if self.method == "nngp" and not math.isinf(t):
+            raise InputError("t", "a training time applies to method='ntk' only; the NNGP posterior has none")
+        validation.positive(self.lr, "lr")
+        if self.reg != "cv":
+            validation.nonnegative(self.reg, "reg")
+        if validation.choice(self.solver, "solver", SOLVERS) != "eigh":
+            self._check_large_n_settings()
+        validation.choice(self.cv, "cv", CRITERIA)
+        if self.reg == "cv" and self.cv == "loo" and not math.isinf(t):
+            raise InputError("cv", "the closed-form LOO is exact only at t = inf; use 'kfold' or 'gcv' at finite t")
+        validation.integer(self.n_folds, "n_folds", minimum=2)
+        validation.integer(self.seed, "seed", minimum=0)
+        validation.positive(self.psd_rtol, "psd_rtol")
+        validation.positive(self.pcg_tol, "pcg_tol")
+        validation.integer(self.pcg_max_iter, "pcg_max_iter", minimum=1)
+        validation.choice(self.preconditioner, "preconditioner", PRECONDITIONERS)
+        validation.integer(self.preconditioner_rank, "preconditioner_rank", minimum=1)
 
     def _check_large_n_settings(self) -> None:
         """``"cholesky"`` and ``"pcg"`` compute (K + λI)⁻¹ Z for one given λ > 0 only."""
@@ -171,6 +204,7 @@ class KernelRegressor:
         ``K_nngp_train`` (n, n): the NNGP train kernel, needed by ``method="ntk"`` for
         ``predict(..., return_std=True)`` (``solver="eigh"`` only).
         """
+        self.check_params()
         if self.solver == "eigh":
             return self._fit_eigh(K_train, Y, K_nngp_train)
         return self._fit_large_n(K_train, Y, K_nngp_train)
@@ -179,23 +213,15 @@ class KernelRegressor:
         """``fit`` for ``"eigh"``: W = M_t Z from the eigendecomposition, λ by CV if asked."""
         start = time.perf_counter()
         eig = eigensystem(K_train, "K_train", psd_rtol=self.psd_rtol)
-        Y2, was_1d = _inputs.targets(Y, "Y", rows=eig.n)
-        scaler = TargetScaler.fit(Y2, enabled=self.standardize)
+        Y2, was_1d = validation.targets(Y, "Y", rows=eig.n)
+        scaler = TargetScaler.fit(Y2, enabled=bool(self.standardize))
         Z = scaler.transform(Y2)
-        t = self.t if self.method == "ntk" else math.inf
+        t, lr = float(self.t), float(self.lr)
         cv_result = None
         if self.reg == "cv":
             cv_result = select_regularizer(
-                eig,
-                Z,
-                criterion=self.cv,
-                relative_grid=self.relative_grid,
-                n_folds=self.n_folds,
-                seed=self.seed,
-                t=t,
-                lr=self.lr,
-                K_train=K_train,
-                psd_rtol=self.psd_rtol,
+                eig, Z, criterion=self.cv, relative_grid=self.relative_grid, n_folds=self.n_folds, seed=self.seed,
+                t=t, lr=lr, K_train=K_train, psd_rtol=self.psd_rtol,
             )
             reg = cv_result.best_reg
         else:
@@ -203,36 +229,13 @@ class KernelRegressor:
         cond = warn_if_ill_conditioned(eig, reg)
         nngp_rotated = None
         if self.method == "ntk" and K_nngp_train is not None:
-            nngp_train = _inputs.symmetric_kernel(K_nngp_train, "K_nngp_train")
+            nngp_train = validation.symmetric_kernel(K_nngp_train, "K_nngp_train")
             if nngp_train.shape != (eig.n, eig.n):
                 raise InputError("K_nngp_train", f"must be {eig.n} x {eig.n} like K_train, got shape {nngp_train.shape}")
             nngp_rotated = eig.rotate(nngp_train)
-        self._fitted = _Fitted(
-            solver="eigh",
-            weights=ntk_weights(eig, Z, t=t, lr=self.lr, reg=reg),
-            scaler=scaler,
-            reg=reg,
-            was_1d=was_1d,
-            eig=eig,
-            nngp_rotated=nngp_rotated,
-        )
-        self.info = {
-            "method": self.method,
-            "solver": "eigh",
-            "t": t,
-            "lr": self.lr,
-            "reg": reg,
-            "reg_relative": reg / eig.mean_diag if eig.mean_diag > 0 else math.nan,
-            "cv": None if cv_result is None else cv_result.to_dict(),
-            "condition_number": cond,
-            "eigenvalues_clipped": eig.n_clipped,
-            "min_eigenvalue": eig.min_raw,
-            "target_mean": scaler.mean.tolist(),
-            "target_scale": scaler.scale.tolist(),
-            "n_train": eig.n,
-            "n_targets": int(Y2.shape[1]),
-            "fit_seconds": time.perf_counter() - start,
-        }
+        weights = ntk_weights(eig, Z, t=t, lr=lr, reg=reg)
+        self._set_state(_Fitted("eigh", weights, scaler, reg, was_1d, eig=eig, nngp_rotated=nngp_rotated))
+        self._set_fit_results(eig.mean_diag, cv_result, cond, eig.n_clipped, eig.min_raw, start)
         return self
 
     def _fit_large_n(self, K_train: object, Y: object, K_nngp_train: object | None) -> KernelRegressor:
@@ -241,46 +244,55 @@ class KernelRegressor:
         start = time.perf_counter()
         if K_nngp_train is not None:
             raise InputError("K_nngp_train", f"NTK-GP variances need solver='eigh'; solver={self.solver!r} has none")
-        K = _kernel(K_train, "K_train")
+        K = square_kernel(K_train, "K_train")
         _check_finite(K, "K_train")
-        Y2, was_1d = _inputs.targets(Y, "Y", rows=K.shape[0])
-        scaler = TargetScaler.fit(Y2, enabled=self.standardize)
+        Y2, was_1d = validation.targets(Y, "Y", rows=K.shape[0])
+        scaler = TargetScaler.fit(Y2, enabled=bool(self.standardize))
         Z = scaler.transform(Y2)
         reg = float(self.reg)
-        factor = None
         if self.solver == "cholesky":
-            weights, factor, extra = self._solve_cholesky(K, Z, reg)
+            weights, factor, cond = self._solve_cholesky(K, Z, reg)
+            self._set_state(_Fitted("cholesky", weights, scaler, reg, was_1d, cholesky=factor))
         else:
-            weights, extra = self._solve_pcg(K, Z, reg)
-        self._fitted = _Fitted(
-            solver=self.solver, weights=weights, scaler=scaler, reg=reg, was_1d=was_1d, cholesky=factor
-        )
-        mean_diag = float(np.mean(np.diag(K)))
-        self.info = {
-            "method": self.method,
-            "solver": self.solver,
-            "t": math.inf,
-            "lr": self.lr,
-            "reg": reg,
-            "reg_relative": reg / mean_diag if mean_diag > 0 else math.nan,
-            "cv": None,
-            "condition_number": None,
-            "eigenvalues_clipped": None,
-            "min_eigenvalue": None,
-            "target_mean": scaler.mean.tolist(),
-            "target_scale": scaler.scale.tolist(),
-            "n_train": int(K.shape[0]),
-            "n_targets": int(Y2.shape[1]),
-            **extra,
-            "fit_seconds": time.perf_counter() - start,
-        }
+            solution = self._solve_pcg(K, Z, reg)
+            self._set_state(_Fitted("pcg", solution.x, scaler, reg, was_1d))
+            self.n_iter_, self.pcg_residual_ = solution.iterations, solution.residual
+            cond = None
+        self._set_fit_results(float(np.mean(np.diag(K))), None, cond, None, None, start)
         return self
 
-    def _solve_cholesky(
-        self, K: np.ndarray, Z: np.ndarray, reg: float
-    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, object]]:
+    def _set_state(self, fitted: _Fitted) -> None:
+        """Keep ``fitted`` for ``predict`` and set the attributes it determines: ``solver_``,
+        ``reg_``, ``target_mean_``, ``target_scale_``, ``n_train_``, ``n_targets_``; the
+        PCG attributes ``n_iter_`` and ``pcg_residual_`` start as None."""
+        self._fitted = fitted
+        self.solver_, self.reg_ = fitted.solver, fitted.reg
+        self.target_mean_, self.target_scale_ = fitted.scaler.mean, fitted.scaler.scale
+        self.n_train_, self.n_targets_ = fitted.weights.shape
+        self.n_iter_ = self.pcg_residual_ = None
+
+    def _set_fit_results(
+        self,
+        mean_diag: float,
+        cv_result: CVResult | None,
+        condition_number: float | None,
+        eigenvalues_clipped: int | None,
+        min_eigenvalue: float | None,
+        start: float,
+    ) -> None:
+        """The fitted attributes that only ``fit`` knows: ``reg_relative_`` = λ / mean(diag
+        K_train) (NaN when that mean is ≤ 0), ``cv_result_``, ``condition_number_``,
+        ``eigenvalues_clipped_``, ``min_eigenvalue_``, ``fit_seconds_`` (since ``start``)."""
+        self.reg_relative_ = self.reg_ / mean_diag if mean_diag > 0 else math.nan
+        self.cv_result_ = cv_result
+        self.condition_number_ = condition_number
+        self.eigenvalues_clipped_ = eigenvalues_clipped
+        self.min_eigenvalue_ = min_eigenvalue
+        self.fit_seconds_ = time.perf_counter() - start
+
+    def _solve_cholesky(self, K: np.ndarray, Z: np.ndarray, reg: float) -> tuple[np.ndarray, np.ndarray | None, float]:
         """W = L⁻ᵀ L⁻¹ Z with K + λI = L Lᵀ; the factor L, kept for ``method="nngp"`` only;
-        and ``{"condition_number": estimate of cond₁(K + λI)}`` (warned about above
+        and LAPACK's estimate of cond₁(K + λI) (warned about above
         :data:`~molntk.regression.spectral.ILL_CONDITIONED`).
 
         The NNGP variance k(x, x) - ‖L⁻¹ k_x‖² needs L at ``predict``, which gets no K_train to
@@ -297,18 +309,14 @@ class KernelRegressor:
                 IllConditionedWarning,
                 stacklevel=4,
             )
-        return weights, factor if self.method == "nngp" else None, {"condition_number": cond}
+        return weights, factor if self.method == "nngp" else None, cond
 
-    def _solve_pcg(self, K: np.ndarray, Z: np.ndarray, reg: float) -> tuple[np.ndarray, dict[str, object]]:
-        """W from :func:`~molntk.regression.solvers.pcg_solve`, and ``{"iterations", "residual"}``;
-        warns with :class:`PCGConvergenceWarning` when the residual stays above ``pcg_tol``."""
+    def _solve_pcg(self, K: np.ndarray, Z: np.ndarray, reg: float) -> Solution:
+        """W from :func:`~molntk.regression.solvers.pcg_solve` (with its iterations and final
+        residual); warns with :class:`PCGConvergenceWarning` when the residual stays above
+        ``pcg_tol``."""
         solution = pcg_solve(
-            K,
-            Z,
-            reg,
-            preconditioner=self.preconditioner,
-            rank=self.preconditioner_rank,
-            tol=self.pcg_tol,
+            K, Z, reg, preconditioner=self.preconditioner, rank=self.preconditioner_rank, tol=self.pcg_tol,
             max_iter=self.pcg_max_iter,
         )
         if solution.residual > self.pcg_tol:
@@ -320,8 +328,7 @@ class KernelRegressor:
                 PCGConvergenceWarning,
                 stacklevel=4,
             )
-        return solution.x, {"iterations": solution.iterations, "residual": solution.residual}
-
+        return solution
     def fitted_arrays(self) -> dict[str, np.ndarray]:
         """The fitted state as plain arrays (for model files that must not unpickle code).
 
@@ -333,7 +340,7 @@ class KernelRegressor:
         ``target_scale``, ``reg``, ``was_1d``, and ``cholesky_factor`` (n, n; L in its lower
         triangle) when NNGP variances were kept. No ``solver`` key means ``"eigh"``.
         """
-        fitted = self._fitted
+        fitted = getattr(self, "_fitted", None)
         if fitted is None:
             raise InputError("KernelRegressor", "fitted_arrays called before fit")
         arrays = {"weights": fitted.weights}
@@ -360,17 +367,13 @@ class KernelRegressor:
     def load_fitted_arrays(self, arrays: dict[str, np.ndarray]) -> KernelRegressor:
         """Restore the state written by :meth:`fitted_arrays` (this regressor's settings are
         kept; ``predict`` follows the solver the arrays were fitted with)."""
-        solver = _inputs.choice(str(arrays["solver"]) if "solver" in arrays else "eigh", "solver", SOLVERS)
-        common = {
-            "solver": solver,
-            "weights": np.asarray(arrays["weights"], dtype=np.float64),
-            "scaler": TargetScaler(np.asarray(arrays["target_mean"]), np.asarray(arrays["target_scale"])),
-            "reg": float(arrays["reg"]),
-            "was_1d": bool(float(arrays["was_1d"])),
-        }
+        solver = validation.choice(str(arrays["solver"]) if "solver" in arrays else "eigh", "solver", SOLVERS)
+        weights = np.asarray(arrays["weights"], dtype=np.float64)
+        scaler = TargetScaler(np.asarray(arrays["target_mean"]), np.asarray(arrays["target_scale"]))
+        state = _Fitted(solver, weights, scaler, float(arrays["reg"]), bool(float(arrays["was_1d"])))
         if solver != "eigh":
             factor = arrays.get("cholesky_factor")
-            self._fitted = _Fitted(**common, cholesky=None if factor is None else np.asarray(factor, dtype=np.float64))
+            self._set_state(replace(state, cholesky=None if factor is None else np.asarray(factor, dtype=np.float64)))
             return self
         eig = Eigensystem(
             values=np.asarray(arrays["eig_values"], dtype=np.float64),
@@ -379,11 +382,8 @@ class KernelRegressor:
             n_clipped=0,
             min_raw=float(np.min(arrays["eig_values"])),
         )
-        self._fitted = _Fitted(
-            **common,
-            eig=eig,
-            nngp_rotated=np.asarray(arrays["nngp_rotated"]) if "nngp_rotated" in arrays else None,
-        )
+        nngp_rotated = np.asarray(arrays["nngp_rotated"]) if "nngp_rotated" in arrays else None
+        self._set_state(replace(state, eig=eig, nngp_rotated=nngp_rotated))
         return self
 
     def predict(
@@ -402,18 +402,18 @@ class KernelRegressor:
         For ``"cholesky"`` and ``"pcg"`` K_test_train may be an ``np.memmap``: it is read in
         row blocks of :data:`BLOCK_ENTRIES` entries.
         """
-        fitted = self._fitted
+        fitted = getattr(self, "_fitted", None)
         if fitted is None:
             raise InputError("KernelRegressor", "predict called before fit")
         if fitted.solver != "eigh":
             return self._predict_large_n(fitted, K_test_train, k_test_diag, return_std)
-        cross = _inputs.matrix(K_test_train, "K_test_train", cols=fitted.eig.n)
-        mean = _inputs.restore(fitted.scaler.inverse_transform(cross @ fitted.weights), fitted.was_1d)
+        cross = validation.matrix(K_test_train, "K_test_train", cols=fitted.eig.n)
+        mean = validation.restore(fitted.scaler.inverse_transform(cross @ fitted.weights), fitted.was_1d)
         if not return_std:
             return mean
         if k_test_diag is None:
             raise InputError("k_test_diag", "the NNGP test self-kernel diagonal K(x, x) is needed for return_std")
-        prior = _inputs.vector(k_test_diag, "k_test_diag", length=cross.shape[0])
+        prior = validation.vector(k_test_diag, "k_test_diag", length=cross.shape[0])
         if self.method == "nngp":
             variance = nngp_variance(fitted.eig, cross, prior, reg=fitted.reg)
         else:
@@ -421,19 +421,19 @@ class KernelRegressor:
                 raise InputError("K_nngp_train", "method='ntk' needs fit(..., K_nngp_train=...) for return_std")
             if K_nngp_test_train is None:
                 raise InputError("K_nngp_test_train", "method='ntk' needs the NNGP test-train kernel for return_std")
-            nngp_cross = _inputs.matrix(K_nngp_test_train, "K_nngp_test_train", rows=cross.shape[0], cols=fitted.eig.n)
+            nngp_cross = validation.matrix(K_nngp_test_train, "K_nngp_test_train", rows=cross.shape[0], cols=fitted.eig.n)
             variance = ntk_gp_variance(
                 fitted.eig,
                 fitted.nngp_rotated,
                 cross,
                 nngp_cross,
                 prior,
-                t=self.t,
-                lr=self.lr,
+                t=float(self.t),
+                lr=float(self.lr),
                 reg=fitted.reg,
             )
         std = np.sqrt(fitted.scaler.inverse_transform_variance(variance))
-        return mean, _inputs.restore(std, fitted.was_1d)
+        return mean, validation.restore(std, fitted.was_1d)
 
     def _predict_large_n(
         self, fitted: _Fitted, K_test_train: object, k_test_diag: object | None, return_std: bool
@@ -444,15 +444,15 @@ class KernelRegressor:
         prior = self._large_n_prior(fitted, k_test_diag, cross.shape[0]) if return_std else None
         means, variances = [], []
         for rows in _row_blocks(cross.shape[0], fitted.n):
-            block = _inputs.matrix(cross[rows], "K_test_train", cols=fitted.n)
+            block = validation.matrix(cross[rows], "K_test_train", cols=fitted.n)
             means.append(block @ fitted.weights)
             if prior is not None:
                 variances.append(_cholesky_variance(fitted.cholesky, block, prior[rows]))
-        mean = _inputs.restore(fitted.scaler.inverse_transform(np.concatenate(means)), fitted.was_1d)
+        mean = validation.restore(fitted.scaler.inverse_transform(np.concatenate(means)), fitted.was_1d)
         if prior is None:
             return mean
         std = np.sqrt(fitted.scaler.inverse_transform_variance(np.concatenate(variances)))
-        return mean, _inputs.restore(std, fitted.was_1d)
+        return mean, validation.restore(std, fitted.was_1d)
 
     def _large_n_prior(self, fitted: _Fitted, k_test_diag: object | None, m: int) -> np.ndarray:
         """k(x, x) for the std of a ``"cholesky"`` / ``"pcg"`` fit; InputError naming ``solver``
@@ -475,7 +475,7 @@ class KernelRegressor:
             )
         if k_test_diag is None:
             raise InputError("k_test_diag", "the NNGP test self-kernel diagonal K(x, x) is needed for return_std")
-        return _inputs.vector(k_test_diag, "k_test_diag", length=m)
+        return validation.vector(k_test_diag, "k_test_diag", length=m)
 
 
 @dataclass(frozen=True, eq=False)
@@ -508,7 +508,7 @@ def _row_blocks(m: int, n: int) -> Iterator[slice]:
 def _test_kernel(value: object, n: int) -> np.ndarray:
     """K_test_train as an (m, n) array: a numpy array (``np.memmap`` included) as it is, its
     entries converted and checked block by block later; anything else converted whole."""
-    array = value if isinstance(value, np.ndarray) else _inputs.matrix(value, "K_test_train", cols=n)
+    array = value if isinstance(value, np.ndarray) else validation.matrix(value, "K_test_train", cols=n)
     if array.ndim != 2 or array.shape[1] != n:
         raise InputError(
             "K_test_train", f"must be an (m, {n}) matrix (one column per training point), got shape {array.shape}"

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from molntk.regression import _inputs
+from molntk.regression import validation
 from molntk.regression.ntk import ntk_filter, ntk_weights
 from molntk.regression.spectral import Eigensystem
 
@@ -26,9 +26,9 @@ def nngp_variance(nngp: Eigensystem, test_train: object, test_diag: object, *, r
     ``test_train`` is K(x, X) (m, n), ``test_diag`` K(x, x) (m,). At λ = 0 a singular K is
     pseudo-inverted (:func:`~molntk.regression.ntk.ntk_filter`). Rounding below 0 is clipped to 0.
     """
-    reg = _inputs.nonnegative(reg, "reg")
-    cross = _inputs.matrix(test_train, "test_train", cols=nngp.n)
-    prior = _inputs.vector(test_diag, "test_diag", length=cross.shape[0])
+    reg = validation.nonnegative(reg, "reg")
+    cross = validation.matrix(test_train, "test_train", cols=nngp.n)
+    prior = validation.vector(test_diag, "test_diag", length=cross.shape[0])
     C = cross @ nngp.vectors
     g = ntk_filter(nngp.values + reg, t=math.inf)
     return np.maximum(prior - (C**2) @ g, 0.0)
@@ -45,6 +45,6 @@ def nngp_posterior(
     """Posterior mean K* (K + λI)⁻¹ Y ((m,) or (m, k), like ``Y``) and variance ((m,), or None
     when ``test_diag`` is not given). ``nngp`` is the eigensystem of K(X, X)."""
     weights = ntk_weights(nngp, Y, t=math.inf, reg=reg)
-    cross = _inputs.matrix(test_train, "test_train", cols=nngp.n)
+    cross = validation.matrix(test_train, "test_train", cols=nngp.n)
     variance = None if test_diag is None else nngp_variance(nngp, cross, test_diag, reg=reg)
     return cross @ weights, variance

@@ -14,13 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from molntk.errors import InputError
-from molntk.regression import _inputs
+from molntk.regression import validation
 
 
 def _pair(y_true: object, y_pred: object) -> tuple[np.ndarray, np.ndarray, bool]:
-    true = _inputs.as_float64(y_true, "y_true")
-    Y, was_1d = _inputs.targets(true, "y_true", rows=max(true.shape[:1], default=1))
-    pred = _inputs.as_float64(y_pred, "y_pred")
+    true = validation.as_float64(y_true, "y_true")
+    Y, was_1d = validation.targets(true, "y_true", rows=max(true.shape[:1], default=1))
+    pred = validation.as_float64(y_pred, "y_pred")
     if pred.shape != true.shape:
         raise InputError("y_pred", f"must have shape {true.shape} like y_true, got {pred.shape}")
     if Y.shape[0] == 0:

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from molntk.regression import _inputs
+from molntk.regression import validation
 from molntk.regression.spectral import Eigensystem
 
 
@@ -48,9 +48,9 @@ def ntk_filter(a: np.ndarray, *, t: float = math.inf, lr: float = 1.0) -> np.nda
 
 def _check_time(t: float, lr: float, reg: float) -> tuple[float, float, float]:
     return (
-        _inputs.nonnegative(t, "t", allow_inf=True),
-        _inputs.positive(lr, "lr"),
-        _inputs.nonnegative(reg, "reg"),
+        validation.nonnegative(t, "t", allow_inf=True),
+        validation.positive(lr, "lr"),
+        validation.nonnegative(reg, "reg"),
     )
 
 
@@ -60,19 +60,13 @@ def ntk_weights(theta: Eigensystem, Y: object, *, t: float = math.inf, lr: float
     ``Y`` is (n,) or (n, k); W has the same shape. Cost O(n² k).
     """
     t, lr, reg = _check_time(t, lr, reg)
-    Y2, was_1d = _inputs.targets(Y, "Y", rows=theta.n)
+    Y2, was_1d = validation.targets(Y, "Y", rows=theta.n)
     g = ntk_filter(theta.values + reg, t=t, lr=lr)
-    return _inputs.restore(theta.from_basis(g[:, None] * theta.to_basis(Y2)), was_1d)
+    return validation.restore(theta.from_basis(g[:, None] * theta.to_basis(Y2)), was_1d)
 
 
 def ntk_mean(
-    theta: Eigensystem,
-    theta_test_train: object,
-    Y: object,
-    *,
-    t: float = math.inf,
-    lr: float = 1.0,
-    reg: float = 0.0,
+    theta: Eigensystem, theta_test_train: object, Y: object, *, t: float = math.inf, lr: float = 1.0, reg: float = 0.0
 ) -> np.ndarray:
     """μ_t(x) = Θ(x, X) (Θ + λI)⁻¹ (I - e^{-η (Θ + λI) t}) Y for the rows x of ``theta_test_train``.
 
@@ -80,7 +74,7 @@ def ntk_mean(
     ``Y`` (n,) or (n, k). Returns (m,) or (m, k). ``t = inf`` gives Θ(x, X) (Θ + λI)⁻¹ Y.
     """
     weights = ntk_weights(theta, Y, t=t, lr=lr, reg=reg)
-    cross = _inputs.matrix(theta_test_train, "theta_test_train", cols=theta.n)
+    cross = validation.matrix(theta_test_train, "theta_test_train", cols=theta.n)
     return cross @ weights
 
 
@@ -108,11 +102,11 @@ def ntk_gp_variance(
     process, ≥ 0 in exact arithmetic; rounding below 0 is clipped to 0. Cost O(m n²).
     """
     t, lr, reg = _check_time(t, lr, reg)
-    theta_cross = _inputs.matrix(theta_test_train, "theta_test_train", cols=theta.n)
+    theta_cross = validation.matrix(theta_test_train, "theta_test_train", cols=theta.n)
     m = theta_cross.shape[0]
-    nngp_cross = _inputs.matrix(nngp_test_train, "nngp_test_train", rows=m, cols=theta.n)
-    prior = _inputs.vector(nngp_test_diag, "nngp_test_diag", length=m)
-    rotated = _inputs.matrix(nngp_train_rotated, "nngp_train_rotated", rows=theta.n, cols=theta.n)
+    nngp_cross = validation.matrix(nngp_test_train, "nngp_test_train", rows=m, cols=theta.n)
+    prior = validation.vector(nngp_test_diag, "nngp_test_diag", length=m)
+    rotated = validation.matrix(nngp_train_rotated, "nngp_train_rotated", rows=theta.n, cols=theta.n)
     g = ntk_filter(theta.values + reg, t=t, lr=lr)
     P = (theta_cross @ theta.vectors) * g
     C = nngp_cross @ theta.vectors

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from molntk.errors import InputError
-from molntk.regression import _inputs
+from molntk.regression import validation
 
 
 @dataclass(frozen=True, eq=False)
@@ -26,8 +26,8 @@ class TargetScaler:
     @classmethod
     def fit(cls, Y: object, *, enabled: bool = True) -> TargetScaler:
         """Mean and std of each column of Y ((n,) or (n, k)); the identity if not ``enabled``."""
-        array = _inputs.as_float64(Y, "Y")
-        Y2, _ = _inputs.targets(array, "Y", rows=max(array.shape[:1], default=1))
+        array = validation.as_float64(Y, "Y")
+        Y2, _ = validation.targets(array, "Y", rows=max(array.shape[:1], default=1))
         if Y2.shape[0] == 0:
             raise InputError("Y", "has no rows")
         k = Y2.shape[1]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from molntk.errors import InputError
-from molntk.regression import _inputs
+from molntk.regression import validation
 from molntk.regression.ntk import ntk_filter
 from molntk.regression.spectral import PSD_RTOL, Eigensystem, eigensystem
 
@@ -84,25 +84,12 @@ class CVResult:
         """The minimum is at the smallest or largest λ: the grid may be too narrow."""
         return self.best_index in (0, self.grid.size - 1)
 
-    def to_dict(self) -> dict[str, object]:
-        """Plain-Python summary (for JSON reports)."""
-        return {
-            "criterion": self.criterion,
-            "reg": self.grid.tolist(),
-            "reg_relative": self.relative_grid.tolist(),
-            "score": self.scores.tolist(),
-            "score_per_target": self.scores_per_target.tolist(),
-            "best_reg": self.best_reg,
-            "best_index": self.best_index,
-            "at_grid_edge": self.at_grid_edge,
-        }
-
 
 def fold_ids(n: int, n_folds: int, seed: int = 0) -> np.ndarray:
     """Fold index (0..n_folds-1) of each of n points: ``ids[perm[i]] = i mod n_folds``."""
-    n = _inputs.integer(n, "n", minimum=1)
-    n_folds = _inputs.integer(n_folds, "n_folds", minimum=2)
-    seed = _inputs.integer(seed, "seed", minimum=0)
+    n = validation.integer(n, "n", minimum=1)
+    n_folds = validation.integer(n_folds, "n_folds", minimum=2)
+    seed = validation.integer(seed, "seed", minimum=0)
     if n_folds > n:
         raise InputError("n_folds", f"{n_folds} folds need at least {n_folds} training points, got {n}")
     ids = np.empty(n, dtype=np.int64)
@@ -137,24 +124,24 @@ def _gcv(eig: Eigensystem, coeffs: np.ndarray, reg: float, t: float, lr: float) 
 
 def loo_residuals(eig: Eigensystem, Y: object, reg: float) -> np.ndarray:
     """Exact leave-one-out residuals y_i - ŷ_{-i}(x_i) of kernel ridge, shape of ``Y``."""
-    reg = _inputs.nonnegative(reg, "reg")
-    Y2, was_1d = _inputs.targets(Y, "Y", rows=eig.n)
-    return _inputs.restore(_loo(eig, eig.to_basis(Y2), eig.vectors**2, reg), was_1d)
+    reg = validation.nonnegative(reg, "reg")
+    Y2, was_1d = validation.targets(Y, "Y", rows=eig.n)
+    return validation.restore(_loo(eig, eig.to_basis(Y2), eig.vectors**2, reg), was_1d)
 
 
 def kfold_residuals(eig: Eigensystem, Y: object, reg: float, folds: np.ndarray) -> np.ndarray:
     """Exact k-fold residuals of kernel ridge (each point predicted by the model trained
     without its fold), shape of ``Y``. ``folds`` (n,) holds fold indices (:func:`fold_ids`)."""
-    reg = _inputs.nonnegative(reg, "reg")
-    Y2, was_1d = _inputs.targets(Y, "Y", rows=eig.n)
+    reg = validation.nonnegative(reg, "reg")
+    Y2, was_1d = validation.targets(Y, "Y", rows=eig.n)
     groups = _fold_groups(folds, eig.n)
-    return _inputs.restore(_kfold(eig, eig.to_basis(Y2), groups, reg), was_1d)
+    return validation.restore(_kfold(eig, eig.to_basis(Y2), groups, reg), was_1d)
 
 
 def gcv_score(eig: Eigensystem, Y: object, reg: float, *, t: float = math.inf, lr: float = 1.0) -> np.ndarray:
     """GCV(λ) per target, (k,) (a 0-d array for 1-d ``Y``), for the NTK mean at time t."""
-    reg = _inputs.nonnegative(reg, "reg")
-    Y2, was_1d = _inputs.targets(Y, "Y", rows=eig.n)
+    reg = validation.nonnegative(reg, "reg")
+    Y2, was_1d = validation.targets(Y, "Y", rows=eig.n)
     score = _gcv(eig, eig.to_basis(Y2), reg, t, lr)
     return score[0] if was_1d else score
 
@@ -209,12 +196,12 @@ def select_regularizer(
     give the NTK training time (``inf``: ridge). k-fold CV at finite t also needs the train
     kernel itself, ``K_train``, for its per-fold eigendecompositions.
     """
-    criterion = _inputs.choice(criterion, "criterion", CRITERIA)
-    t = _inputs.nonnegative(t, "t", allow_inf=True)
-    lr = _inputs.positive(lr, "lr")
-    Y2, _ = _inputs.targets(Y, "Y", rows=eig.n)
+    criterion = validation.choice(criterion, "criterion", CRITERIA)
+    t = validation.nonnegative(t, "t", allow_inf=True)
+    lr = validation.positive(lr, "lr")
+    Y2, _ = validation.targets(Y, "Y", rows=eig.n)
     relative = np.sort(
-        _inputs.as_float64(DEFAULT_RELATIVE_GRID if relative_grid is None else relative_grid, "relative_grid")
+        validation.as_float64(DEFAULT_RELATIVE_GRID if relative_grid is None else relative_grid, "relative_grid")
     )
     if relative.ndim != 1 or relative.size == 0 or relative[0] <= 0:
         raise InputError("relative_grid", f"must be a non-empty 1-d list of values > 0, got {relative.tolist()}")
@@ -236,7 +223,7 @@ def select_regularizer(
     else:
         if K_train is None:
             raise InputError("K_train", "k-fold CV at finite t refits each fold and needs the train kernel")
-        K = _inputs.symmetric_kernel(K_train, "K_train")
+        K = validation.symmetric_kernel(K_train, "K_train")
         if K.shape[0] != eig.n:
             raise InputError("K_train", f"must be {eig.n} x {eig.n} like the eigensystem, got shape {K.shape}")
         time_folds = _TimeFolds(K, Y2, _fold_groups(fold_ids(eig.n, n_folds, seed), eig.n), psd_rtol)

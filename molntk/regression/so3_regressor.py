@@ -106,8 +106,8 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     sparse mode.
 
     Fitted attributes: ``regressor_`` (:class:`~molntk.regression.KernelRegressor`, or
-    :class:`~molntk.regression.sparse.SparseKernelRegressor` in sparse mode, whose ``info``
-    has ``n_inducing`` and ``rank``), ``dressed_atom_``, ``train_molecules_``; sparse mode
+    :class:`~molntk.regression.sparse.SparseKernelRegressor` in sparse mode, with fitted
+    ``n_inducing_`` and ``rank_``), ``dressed_atom_``, ``train_molecules_``; sparse mode
     also ``inducing_rows_`` (int64) and ``inducing_`` (the inducing environments, an
     :class:`~molntk.features.environments.EnvironmentBatch` of one-environment molecules).
     """
@@ -234,7 +234,9 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         for m in molecules:
             m.check_elements(self.elements)
         n_inducing = self._check_sparse()
-        sparse = None if n_inducing is None else self._sparse_regressor()  # validates reg, cv, rank_rtol first
+        sparse = None if n_inducing is None else self._sparse_regressor()
+        if sparse is not None:
+            sparse.check_params()  # reg, cv, rank_rtol before any kernel is computed
         kern = self.molecular_kernel()
         feats = self._features(molecules)
         self.dressed_atom_ = DressedAtomModel().fit(element_counts(molecules, self.elements), y) if self.residual else None
@@ -348,8 +350,8 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
                 raise InputError(str(path), f"inducing_rows do not index the {feats.n_env} training environments")
             model._set_inducing(feats, rows)
             model.regressor_ = model._sparse_regressor().load_fitted_arrays(state)
-            if model.regressor_.info["n_inducing"] != rows.size:
-                raise InputError(str(path), f"{rows.size} inducing rows for {model.regressor_.info['n_inducing']} inducing weights")
+            if model.regressor_.n_inducing_ != rows.size:
+                raise InputError(str(path), f"{rows.size} inducing rows for {model.regressor_.n_inducing_} inducing weights")
         model.n_features_in_ = 1
         return model
 

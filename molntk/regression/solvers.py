@@ -13,14 +13,10 @@ K (n, n) symmetric PSD, λ ≥ 0 (> 0 for PCG preconditioners and Nyström), Y (
   rank-r pivoted Cholesky factor of K (:func:`pivoted_cholesky`), inverted by Woodbury:
   M⁻¹ r = (r − L_r (λI_r + L_rᵀL_r)⁻¹ L_rᵀ r) / λ. O(n² · iterations) time; K may be an
   ``np.memmap``.
-- :func:`nystrom_solve`: inducing molecules S (m of them) give K ≈ K̃ = K_nS K_SS⁺ K_Sn.
-  With K_SS = U diag(s) Uᵀ (eigenvalues below rtol · s_max dropped) and
-  B = K_nS U diag(s^{-1/2}) (n, r), K̃ = B Bᵀ; with the thin SVD B = Q diag(σ) Wᵀ,
-
-      X = (K̃ + λI)⁻¹ Y = Q diag(1/(σ² + λ)) QᵀY + (Y − Q QᵀY) / λ,
-
-  and predictions K̃(x, X) X = K_xS W_S with W_S = U diag(s^{-1/2}) Bᵀ X (m, k): only the
-  kernel against the inducing molecules is needed, O(n m²) time, n·m memory. For large N
+- :func:`nystrom_solve`: inducing molecules S (m of them) give K ≈ K̃ = K_nS K_SS⁺ K_Sn; X and
+  the inducing weights W_S with K̃(x, X) X = K_xS W_S come from the factors of
+  :mod:`molntk.regression.nystrom` (the sparse regressor's too): only the kernel against the
+  inducing molecules is needed, O(n m²) time, n·m memory. For large N
   compute K_nS and K_SS with the block engine: ``kernel_matrices(bk, train[S], train)``
   gives K_SS as ``*_train`` and K_nS as ``*_test``.
 
@@ -40,7 +36,8 @@ import numpy as np
 import scipy.linalg
 
 from molntk.errors import InputError
-from molntk.regression._inputs import integer, matrix, nonnegative, positive, restore, targets
+from molntk.regression.nystrom import RANK_RTOL, nystrom_factors
+from molntk.regression.validation import integer, matrix, nonnegative, positive, restore, targets
 
 PRECONDITIONERS = ("pivoted-cholesky", "jacobi")
 
@@ -60,7 +57,7 @@ class Solution:
     inducing_weights: np.ndarray | None = field(default=None, repr=False)
 
 
-def _kernel(K: Any, name: str = "K_train") -> np.ndarray:
+def square_kernel(K: Any, name: str = "K_train") -> np.ndarray:
     """K as a square float64 matrix; a float64 ndarray (np.memmap included) is used as is,
     without a copy (the block engine has checked its entries)."""
     K_arr = K if isinstance(K, np.ndarray) and K.dtype == np.float64 and K.ndim == 2 else matrix(K, name)
@@ -99,7 +96,7 @@ def cholesky_factor(K: Any, reg: float) -> np.ndarray:
 
     Raises InputError naming ``K_train`` when K + λI is not positive definite.
     """
-    K_arr = _kernel(K)
+    K_arr = square_kernel(K)
     reg = nonnegative(reg, "reg")
     A = np.array(K_arr, dtype=np.float64, order="F")
     A[np.diag_indices_from(A)] += reg
@@ -116,7 +113,7 @@ def cholesky_solve(K: Any, Y: Any, reg: float) -> Solution:
     Raises InputError naming ``K_train`` when K + λI is not positive definite.
     """
     start = time.perf_counter()
-    K_arr = _kernel(K)
+    K_arr = square_kernel(K)
     Y_arr, vector = targets(Y, "Y", rows=K_arr.shape[0])
     factor = cholesky_factor(K_arr, reg)
     x = scipy.linalg.cho_solve((factor, True), Y_arr, check_finite=False)
@@ -181,7 +178,7 @@ def pcg_solve(
     iterations; ``Solution.residual`` is the largest final relative residual.
     """
     start = time.perf_counter()
-    K_arr = _kernel(K)
+    K_arr = square_kernel(K)
     Y_arr, vector = targets(Y, "Y", rows=K_arr.shape[0])
     reg = positive(reg, "reg")
     if preconditioner == "jacobi":
@@ -215,20 +212,26 @@ def pcg_solve(
     return Solution(restore(X, vector), f"pcg-{preconditioner}", time.perf_counter() - start, iterations, float(residual.max()))
 
 
-def nystrom_solve(K_nm: Any, K_mm: Any, Y: Any, reg: float, *, inducing: np.ndarray | None = None, rtol: float = 1e-12) -> Solution:
-    """(K̃ + λI)⁻¹ Y for the Nyström approximation through ``K_nm`` (n, m) and ``K_mm`` (m, m)
-    (module docstring; factors from :func:`~molntk.regression.sparse.nystrom_factors`);
-    ``inducing``: the inducing points' indices, recorded in the result."""
-    from molntk.regression.sparse import nystrom_factors
-
+def nystrom_solve(
+    K_nm: Any, K_mm: Any, Y: Any, reg: float, *, inducing: np.ndarray | None = None, rank_rtol: float = RANK_RTOL
+) -> Solution:
+    """(K̃ + λI)⁻¹ Y for the Nyström approximation through ``K_nm`` (n, m) and ``K_mm`` (m, m),
+    and the inducing weights W_S: :meth:`~molntk.regression.nystrom.NystromFactors.dual_weights`
+    and :meth:`~molntk.regression.nystrom.NystromFactors.weights` of
+    :func:`~molntk.regression.nystrom.nystrom_factors` (K_mm eigenvalues ≤ ``rank_rtol`` · s_max
+    dropped); ``inducing``: the inducing points' indices, recorded in the result."""
     start = time.perf_counter()
-    nys = nystrom_factors(K_nm, K_mm, positive(rtol, "rtol"))
+    nys = nystrom_factors(K_nm, K_mm, rank_rtol)
     Y_arr, vector = targets(Y, "Y", rows=nys.Q.shape[0])
     reg = positive(reg, "reg")
-    QtY = nys.Q.T @ Y_arr
-    X = nys.Q @ (QtY / (nys.sigma[:, None] ** 2 + reg)) + (Y_arr - nys.Q @ QtY) / reg
-    weights = nys.root @ (nys.Wt.T @ (nys.sigma[:, None] * (nys.Q.T @ X)))  # root Bᵀ X, B = Q diag(σ) Wᵀ
-    return Solution(restore(X, vector), "nystrom", time.perf_counter() - start, inducing=inducing, inducing_weights=restore(weights, vector))
+    coeffs = nys.Q.T @ Y_arr
+    return Solution(
+        restore(nys.dual_weights(Y_arr, coeffs, reg), vector),
+        "nystrom",
+        time.perf_counter() - start,
+        inducing=inducing,
+        inducing_weights=restore(nys.weights(coeffs, reg), vector),
+    )
 
 
 INDUCING_METHODS = ("pivoted", "random")
@@ -246,7 +249,7 @@ def inducing_points(K: np.ndarray | None, n: int, m: int, *, method: str = "rand
     if method == "pivoted":
         if K is None:
             raise InputError("K", "pivoted inducing points need the train kernel")
-        return pivoted_cholesky(_kernel(K), m)[1]
+        return pivoted_cholesky(square_kernel(K), m)[1]
     raise InputError("method", f"must be one of {INDUCING_METHODS}, got {method!r}")
 
 
@@ -270,7 +273,7 @@ def solver_errors(
     relative errors against it: one dict per solver with ``method``, ``seconds``,
     ``solution_error`` ‖X − X*‖/‖X*‖, ``fit_error`` ‖F − F*‖/‖F*‖ (module docstring), and
     ``iterations``/``residual`` (PCG) or ``m`` (Nyström)."""
-    K_arr = _kernel(K)
+    K_arr = square_kernel(K)
     exact = cholesky_solve(K_arr, Y, reg)
     fit_exact = K_arr @ exact.x
     rows = [{"method": exact.method, "seconds": exact.seconds, "solution_error": 0.0, "fit_error": 0.0}]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from molntk.errors import InputError
-from molntk.regression._inputs import symmetric_kernel
+from molntk.regression.validation import symmetric_kernel
 
 #: Negative eigenvalues down to -PSD_RTOL · s_max are rounding noise and are clipped to 0.
 #: Loose enough for kernels computed in float32 (relative error ~1e-7) and cast to float64.

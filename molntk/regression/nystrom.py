@@ -1,0 +1,93 @@
+"""The Nyström factorisation of m inducing points, written once for the sparse regressor and
+:func:`~molntk.regression.solvers.nystrom_solve`.
+
+K_mm (m, m), the kernel among the inducing points, symmetrised as (K_mm + K_mmᵀ)/2, is
+U diag(s) Uᵀ. Eigenvalues s ≤ ``rank_rtol`` · s_max (rank deficiency, rounding, negative
+quadrature error) are dropped, r are kept: root = U_r diag(s_r^{-1/2}) (m, r),
+B = K_nm root (n, r), and the Nyström kernel is K̃ = K_nm K_mm⁺ K_mn = B Bᵀ. With the thin
+SVD B = Q diag(σ) Wᵀ and C = QᵀY, for λ > 0:
+
+- fitted values of kernel ridge on K̃: F = Q diag(σ²/(σ² + λ)) C, hat diagonal
+  h_i = Σ_k Q_ik² σ_k²/(σ_k² + λ), with 1 − h_i computed as
+  (1 − ‖Q_i‖²) + Σ_k Q_ik² λ/(σ_k² + λ), without cancellation at small λ;
+- dual weights X = (K̃ + λI)⁻¹ Y = Q diag(1/(σ² + λ)) C + (Y − Q C) / λ;
+- inducing weights W_S = root Bᵀ X = root W diag(σ/(σ² + λ)) C (m, k), so that
+  K̃(x, X) X = K_xS W_S needs only the kernel against the inducing points.
+
+Cost: O(m³) for K_mm, O(n m r) for B, O(n r²) for the SVD; K_nm is only read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from molntk.errors import InputError
+from molntk.regression import validation
+
+#: Eigenvalues of K_mm at or below RANK_RTOL · s_max are dropped from its pseudo-inverse.
+RANK_RTOL = 1e-12
+
+
+@dataclass(frozen=True, eq=False)
+class NystromFactors:
+    """root = U_r diag(s_r^{-1/2}) (m, r), the thin SVD B = Q diag(σ) Wᵀ of B = K_nm root (``Wt``
+    is Wᵀ), the number of K_mm eigenvalues dropped and its smallest raw eigenvalue."""
+
+    root: np.ndarray
+    Q: np.ndarray
+    sigma: np.ndarray
+    Wt: np.ndarray
+    n_dropped: int
+    min_raw: float
+
+    @property
+    def rank(self) -> int:
+        """r, the number of K_mm eigenvalues kept."""
+        return int(self.root.shape[1])
+
+    @property
+    def mean_diag(self) -> float:
+        """mean(diag K̃) = Σ_k σ_k² / n."""
+        return float(np.sum(self.sigma**2) / self.Q.shape[0])
+
+    def condition_number(self, reg: float) -> float:
+        """cond₂(K̃ + λI) = (σ_max² + λ) / (σ_min² + λ), σ_min = 0 when n > r; ``inf`` when singular."""
+        low = (0.0 if self.Q.shape[0] > self.rank else float(self.sigma[-1]) ** 2) + reg
+        return (float(self.sigma[0]) ** 2 + reg) / low if low > 0 else math.inf
+
+    def residuals(self, Y: np.ndarray, coeffs: np.ndarray, reg: float) -> tuple[np.ndarray, np.ndarray]:
+        """Y − F (n, k) and 1 − h (n,) from C = QᵀY (``coeffs``) for λ > 0."""
+        shrink, squares = reg / (self.sigma**2 + reg), self.Q**2
+        outside = np.maximum(1.0 - squares.sum(axis=1), 0.0)  # 1 − ‖Q_i‖², ≥ 0 up to rounding
+        return Y - self.Q @ ((1.0 - shrink)[:, None] * coeffs), outside + squares @ shrink
+
+    def dual_weights(self, Y: np.ndarray, coeffs: np.ndarray, reg: float) -> np.ndarray:
+        """X = (K̃ + λI)⁻¹ Y = Q diag(1/(σ² + λ)) C + (Y − Q C) / λ (n, k), C = QᵀY, λ > 0."""
+        return self.Q @ (coeffs / (self.sigma[:, None] ** 2 + reg)) + (Y - self.Q @ coeffs) / reg
+
+    def weights(self, coeffs: np.ndarray, reg: float) -> np.ndarray:
+        """W_S = root W diag(σ/(σ² + λ)) C (m, k), C = QᵀY."""
+        return self.root @ (self.Wt.T @ ((self.sigma / (self.sigma**2 + reg))[:, None] * coeffs))
+
+
+def nystrom_factors(K_nm: object, K_mm: object, rank_rtol: float = RANK_RTOL) -> NystromFactors:
+    """Validate K_nm (n, m), K_mm (m, m) and factor them (module docstring); K_nm is only read.
+    InputError names ``K_mm`` / ``K_nm`` / ``rank_rtol``."""
+    rank_rtol = validation.positive(rank_rtol, "rank_rtol")
+    K_mm = validation.symmetric_kernel(K_mm, "K_mm")
+    m = K_mm.shape[0]
+    K_nm = validation.matrix(K_nm, "K_nm")
+    if K_nm.shape[1] != m or K_nm.shape[0] == 0:
+        raise InputError("K_nm", f"must be (n, {m}) with n ≥ 1 (one column per inducing point), got shape {K_nm.shape}")
+    s, U = np.linalg.eigh(K_mm)
+    if s[-1] <= 0:
+        raise InputError(
+            "K_mm", f"has no positive eigenvalue (largest {s[-1]:.3g}): the inducing points carry no kernel"
+        )
+    keep = s > rank_rtol * float(s[-1])
+    root = U[:, keep] / np.sqrt(s[keep])
+    Q, sigma, Wt = np.linalg.svd(K_nm @ root, full_matrices=False)
+    return NystromFactors(root, Q, sigma, Wt, n_dropped=int(m - keep.sum()), min_raw=float(s[0]))

@@ -48,8 +48,8 @@ def build(config: str, mode: str, device: str, dtype: str = "float64"):
 
     from molntk.features.environments import FeatureConfig, environment_features, padded_features
     from molntk.features.radial import CoulombBasis, GaussianBasis
-    from molntk.molecular import SO3MolecularKernel
     from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
+    from molntk.molecular import SO3MolecularKernel
 
     grid = SO3Grid(GRIDS[(config, mode)])
     if config == "reference":

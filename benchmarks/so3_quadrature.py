@@ -78,9 +78,9 @@ def kernel_rows(n: int, repeats: int) -> list[dict]:
     from molntk.data.splits import standard_split
     from molntk.features.environments import FeatureConfig, environment_features
     from molntk.features.radial import GaussianBasis
-    from molntk.molecular import SO3MolecularKernel
     from molntk.kernels.so3 import SO3Grid
     from molntk.kernels.so3.spec import parse_architecture
+    from molntk.molecular import SO3MolecularKernel
     from molntk.pipelines.qm9 import rotated_copies
 
     data = load_qm9()

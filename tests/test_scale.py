@@ -111,6 +111,17 @@ def test_block_assembly_equals_one_shot_kernel(block_kernel, molecules, one_thre
     assert np.abs(K_perm["ntk_train"] - K["ntk_train"][np.ix_(perm, perm)]).max() <= 1e-12 * np.abs(K["ntk_train"]).max()
 
 
+def test_cache_key_is_content_not_device(block_kernel, molecules):
+    """One key scheme: the kernel's settings, the matrices kept and the molecules; the
+    device (a copy via on) is not part of it."""
+    kernel, _ = tiny_kernel()
+    assert block_kernel.on("cpu").cache_key() == block_kernel.cache_key() == BlockKernelOf(kernel, molecules).cache_key()
+    assert BlockKernelOf(kernel, molecules, outputs=("ntk",)).cache_key() != block_kernel.cache_key()
+    assert BlockKernelOf(kernel, molecules[:-1]).cache_key() != block_kernel.cache_key()
+    with pytest.raises(ValueError, match="no matrices"):
+        BlockKernelOf(kernel, molecules, outputs=("kernel",))
+
+
 def test_baseline_kernels_through_the_block_engine(molecules):
     kernel = LaplacianKernel(CoulombMatrix(), sigma=500.0)
     K = kernel_matrices(BlockKernelOf(kernel, molecules), TRAIN, TEST, block_size=5, executor=SerialExecutor())

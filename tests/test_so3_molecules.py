@@ -9,8 +9,8 @@ from e3nn import o3
 
 from molntk.data.molecule import Molecule
 from molntk.features.environments import FeatureConfig, environment_features, padded_features
-from molntk.molecular import SO3MolecularKernel
 from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
+from molntk.molecular import SO3MolecularKernel
 
 NET = serial(Lift(3, 1.0, 0.1), Nonlinearity("relu"), GroupConv(2, 1.0, 0.1), Nonlinearity("relu"), Pool(), Dense(1.0, 0.1))
 CONFIG = FeatureConfig(band_limit=3)

@@ -57,13 +57,13 @@ MODELS = {
 
 
 def build(model: str, device: str, env_block: int = 256):
-    """(MolecularKernel, FeatureConfig) of a benchmark model."""
+    """The SO3MolecularKernel (with its feature config) of a benchmark model."""
     import torch
 
     from molntk.features.environments import FeatureConfig
-    from molntk.kernels.molecular import MolecularKernel
     from molntk.kernels.so3 import Dense, Lift, Nonlinearity, Pool, SO3Grid, serial
     from molntk.kernels.so3.spec import parse_architecture
+    from molntk.molecular import SO3MolecularKernel
 
     if model == "fast":
         net, grid, features = serial(Lift(3, 1.0, 0.1), Nonlinearity("relu"), Pool(), Dense(1.0, 0.1)), SO3Grid(2), FeatureConfig(band_limit=3)
@@ -75,7 +75,7 @@ def build(model: str, device: str, env_block: int = 256):
         features = FeatureConfig(band_limit=4, smearing_width=0.3, radial=GaussianBasis(n=8, r_min=0.5, r_cut=3.0))
     else:
         net, grid, features = parse_architecture("lift:3 erf pool dense", sigma_w=1.0, sigma_b=0.1), SO3Grid(4), FeatureConfig()
-    return MolecularKernel(net, net.discretisation(grid, "fast", torch.float64, device), block_size=env_block), features
+    return SO3MolecularKernel(net, net.discretisation(grid, "fast", torch.float64, device), block_size=env_block, features=features)
 
 
 def load_molecules(n_train: int, n_test: int, path: str | None):
@@ -146,14 +146,15 @@ def run_row(model: str, n: int, device: str, executor: str, threads: int | None,
     import torch
 
     from molntk.regression.solvers import solver_errors
-    from molntk.scale import DaskExecutor, DeviceExecutor, MolecularBlockKernel, SerialExecutor, kernel_matrices
+    from molntk.molecular import BlockKernelOf
+    from molntk.scale import DaskExecutor, DeviceExecutor, SerialExecutor, kernel_matrices
 
     if threads:
         torch.set_num_threads(threads)
-    kernel, features = build(model, "cpu" if device == "cuda-all" else device, env_block)
+    kernel = build(model, "cpu" if device == "cuda-all" else device, env_block)
     train, test = load_molecules(n, max(1, n // 4), molecules)
     start = time.perf_counter()
-    block_kernel = MolecularBlockKernel(kernel, train + test, feature_config=features)
+    block_kernel = BlockKernelOf(kernel, train + test)  # features on the kernel's device
     feature_seconds = time.perf_counter() - start
     block_kernel.compute_block(np.arange(2), None)  # warm-up: measure and Wigner tables
     rss_before = rss_mb()
@@ -246,7 +247,7 @@ def main() -> None:
     parser.add_argument("--dask-n", type=int, default=200, help="N of the Dask speed-up rows")
     parser.add_argument("--no-dask", action="store_true")
     parser.add_argument("--block", type=int, help="molecules per block side (default: engine default, 256)")
-    parser.add_argument("--env-block", type=int, default=256, help="environments per kernel call side (MolecularKernel.block_size)")
+    parser.add_argument("--env-block", type=int, default=256, help="environments per kernel call side (SO3MolecularKernel.block_size)")
     parser.add_argument("--molecules", help="molecules .npz instead of the QM9 package")
     parser.add_argument("--export-molecules", nargs=2, metavar=("FILE", "COUNT"))
     parser.add_argument("--row", help=argparse.SUPPRESS)

@@ -43,23 +43,23 @@ GRIDS = {("reference", "fast"): 4, ("reference", "exact"): 3, ("default", "fast"
 
 
 def build(config: str, mode: str, device: str, dtype: str = "float64"):
-    """(features function, MolecularKernel) for a configuration."""
+    """(features function, SO3MolecularKernel) for a configuration."""
     import torch
 
     from molntk.features.environments import FeatureConfig, environment_features, padded_features
     from molntk.features.radial import CoulombBasis, GaussianBasis
-    from molntk.kernels.molecular import MolecularKernel
     from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
+    from molntk.molecular import SO3MolecularKernel
 
     grid = SO3Grid(GRIDS[(config, mode)])
     if config == "reference":
         feats = FeatureConfig(band_limit=6, smearing_width=0.0, radial=CoulombBasis(powers=(2, 6)))
         net = serial(Lift(6), Nonlinearity("erf"), GroupConv(3), Nonlinearity("erf"), GroupConv(3), Pool(), Dense())
-        kern = MolecularKernel(net, net.discretisation(grid, mode, getattr(torch, dtype), device), pairing="atom-index", block_size=64)
+        kern = SO3MolecularKernel(net, net.discretisation(grid, mode, getattr(torch, dtype), device), pairing="atom-index", block_size=64)
         return (lambda mols: padded_features(mols, feats, n_atoms=29, device=device)), kern
     feats = FeatureConfig(band_limit=4, smearing_width=0.5, radial=GaussianBasis(n=6, r_min=0.5, r_cut=5.0))
     net = serial(Lift(4, 1.0, 0.1), Nonlinearity("relu"), GroupConv(3, 1.0, 0.1), Nonlinearity("relu"), Pool(), Dense(1.0, 0.1))
-    kern = MolecularKernel(net, net.discretisation(grid, mode, getattr(torch, dtype), device), pairing="element", block_size=256)
+    kern = SO3MolecularKernel(net, net.discretisation(grid, mode, getattr(torch, dtype), device), pairing="element", block_size=256)
     return (lambda mols: environment_features(mols, feats, device=device)), kern
 
 

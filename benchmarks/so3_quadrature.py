@@ -78,9 +78,9 @@ def kernel_rows(n: int, repeats: int) -> list[dict]:
     from molntk.data.splits import standard_split
     from molntk.features.environments import FeatureConfig, environment_features
     from molntk.features.radial import GaussianBasis
-    from molntk.kernels.molecular import MolecularKernel
     from molntk.kernels.so3 import SO3Grid
     from molntk.kernels.so3.spec import parse_architecture
+    from molntk.molecular import SO3MolecularKernel
     from molntk.pipelines.qm9 import rotated_copies
 
     data = load_qm9()
@@ -93,7 +93,7 @@ def kernel_rows(n: int, repeats: int) -> list[dict]:
 
     def kernel(sampling, band_limit):
         ctx = net.discretisation(SO3Grid(band_limit, sampling), "fast", torch.float64, "cpu")
-        return MolecularKernel(net, ctx, pairing="element", block_size=512)
+        return SO3MolecularKernel(net, ctx, pairing="element", block_size=512)
 
     reference = kernel("gauss-legendre", 10)(env).ntk
     rows = []

@@ -36,13 +36,13 @@ import numpy as np
 import torch
 
 from molntk.config import SparseConfig, load_config
-from molntk.data.qm9 import load_qm9
+from molntk.data.qm9 import QM9_ELEMENTS, load_qm9
 from molntk.data.splits import standard_split
-from molntk.features.environments import QM9_ELEMENTS, environment_features
+from molntk.features.environments import environment_features
 from molntk.features.inducing import environments_as_molecules, inducing_environments
-from molntk.kernels.molecular import MolecularKernel
 from molntk.kernels.so3 import SO3Grid
 from molntk.kernels.so3.spec import parse_architecture
+from molntk.molecular import SO3MolecularKernel
 from molntk.regression import DressedAtomModel, KernelRegressor, element_counts
 from molntk.regression.selection import relative_grid_from
 from molntk.regression.sparse import SparseKernelRegressor
@@ -86,7 +86,7 @@ def main() -> None:
     n_env_train = int((feats.molecule_index < args.n).sum())
     net = parse_architecture("lift:3 erf pool dense", sigma_w=2.0, sigma_b=args.sigma_b)
     grid = SO3Grid(config.kernel.grid_band_limit, config.kernel.sampling)
-    kernel = MolecularKernel(net, net.discretisation(grid, "fast", torch.float64, "cpu"), "element", "sum", config.kernel.block_size)
+    kernel = SO3MolecularKernel(net, net.discretisation(grid, "fast", torch.float64, "cpu"), "element", "sum", config.kernel.block_size)
     every = environments_as_molecules(feats, torch.arange(feats.n_env))
     train_envs = environments_as_molecules(feats, torch.arange(n_env_train))
     start = time.perf_counter()

@@ -1,8 +1,9 @@
 """molntk: equivariant neural tangent kernels for molecules and images.
 
 Data flow: :mod:`molntk.data` (molecules, QM9) → :mod:`molntk.features` (spherical
-feature maps) → :mod:`molntk.kernels` (NTK/NNGP recursions) → :mod:`molntk.regression`
-(kernel regression) → :mod:`molntk.pipelines` (reports, CLI jobs).
+feature maps) → :mod:`molntk.kernels` (NTK/NNGP recursions) → :mod:`molntk.molecular`
+(molecular kernels and baselines) → :mod:`molntk.regression` (kernel regression) →
+:mod:`molntk.pipelines` (reports, CLI jobs).
 """
 
 from molntk._version import __version__

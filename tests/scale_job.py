@@ -20,16 +20,16 @@ import torch
 
 from molntk.data.qm9 import load_qm9
 from molntk.features.environments import FeatureConfig
-from molntk.kernels.molecular import MolecularKernel
 from molntk.kernels.so3 import Dense, Lift, Nonlinearity, Pool, SO3Grid, serial
-from molntk.scale import MolecularBlockKernel, SerialExecutor, kernel_matrices
+from molntk.molecular import BlockKernelOf, SO3MolecularKernel
+from molntk.scale import SerialExecutor, kernel_matrices
 from molntk.utils.files import atomic_path
 
 
 class SlowBlockKernel:
     """A block kernel that waits ``delay`` seconds before each block and counts blocks."""
 
-    def __init__(self, inner: MolecularBlockKernel, delay: float) -> None:
+    def __init__(self, inner: BlockKernelOf, delay: float) -> None:
         self.inner, self.delay, self.computed = inner, delay, 0
         self.n_molecules = inner.n_molecules
 
@@ -42,7 +42,7 @@ class SlowBlockKernel:
         return self.inner.compute_block(rows, cols)
 
 
-def tiny_kernel() -> tuple[MolecularKernel, FeatureConfig]:
+def tiny_kernel() -> tuple[SO3MolecularKernel, FeatureConfig]:
     """A small, quick SO(3) NTK: band limit 2, Lift → erf → Pool → Dense on SO3Grid(1).
 
     erf, not ReLU: the ReLU dual has an infinite slope at correlation 1 (arccos), which
@@ -50,14 +50,15 @@ def tiny_kernel() -> tuple[MolecularKernel, FeatureConfig]:
     smooth, so differently associated sums of the same kernel agree to rounding.
     """
     net = serial(Lift(2, 1.0, 0.1), Nonlinearity("erf"), Pool(), Dense(1.0, 0.1))
-    return MolecularKernel(net, net.discretisation(SO3Grid(1), "fast")), FeatureConfig(band_limit=2)
+    kernel = SO3MolecularKernel(net, net.discretisation(SO3Grid(1), "fast"), features=FeatureConfig(band_limit=2))
+    return kernel, kernel.features
 
 
 def compute(cache_dir: str, delay: float) -> tuple[dict[str, np.ndarray], int]:
     """The job's kernel matrices (one torch thread) and how many blocks this call computed."""
     torch.set_num_threads(1)
-    kernel, features = tiny_kernel()
-    block_kernel = SlowBlockKernel(MolecularBlockKernel(kernel, load_qm9().molecules(range(30)), feature_config=features), delay)
+    kernel, _ = tiny_kernel()
+    block_kernel = SlowBlockKernel(BlockKernelOf(kernel, load_qm9().molecules(range(30))), delay)
     K = kernel_matrices(block_kernel, np.arange(24), np.arange(24, 30), cache_dir=cache_dir, block_size=4, executor=SerialExecutor())
     return K, block_kernel.computed
 

@@ -12,7 +12,7 @@ import torch
 from e3nn import o3
 from scipy import integrate
 
-from molntk.baselines import (
+from molntk.molecular.baselines import (
     MLPNTK,
     AugmentedMLPNTK,
     BagOfBonds,
@@ -27,8 +27,8 @@ from molntk.baselines import (
     median_l1_width,
     mlp_kernels,
     power_spectrum,
+    wigner_table,
 )
-from molntk.baselines.augmented import wigner_table
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.features.environments import FeatureConfig, environment_features
@@ -153,8 +153,8 @@ def test_mlp_ntk_is_not_rotation_invariant(molecules):
     """The plain MLP sees orientations: rotating molecules changes its kernel (unlike the others)."""
     kern = MLPNTK(CONFIG)
     R = random_rotation(3)
-    base = kern.ntk(molecules[6:])
-    turned = kern.ntk(molecules[6:], [rotated(m, R) for m in molecules[6:]])
+    base = kern(molecules[6:]).ntk
+    turned = kern(molecules[6:], [rotated(m, R) for m in molecules[6:]]).ntk
     assert float((turned - base).abs().max() / base.abs().max()) > 1e-3
 
 
@@ -219,7 +219,7 @@ def test_random_rotation_sets_give_symmetric_kernels(envs):
 
 
 def _brute_force(kern, molecules_a, molecules_b, index: int) -> torch.Tensor:
-    da, db = kern.features(molecules_a), kern.features(molecules_b)
+    da, db = kern.describe(molecules_a), kern.describe(molecules_b)
     k = kern.env_kernel(da.values, db.values)[index]
     out = torch.zeros(len(molecules_a), len(molecules_b), dtype=torch.float64)
     for a in range(da.values.shape[0]):
@@ -244,8 +244,8 @@ def test_pair_sums_equal_brute_force(molecules, make, pairing, block_size):
     kern = make(pairing, block_size)
     index = 1 if isinstance(kern, (MLPNTK, AugmentedMLPNTK)) else 0
     expected = _brute_force(kern, molecules, molecules, index)
-    sym = kern.kernels(molecules)[index]
-    cross = kern.kernels(molecules[:4], molecules[4:])[index]
+    sym = kern(molecules)[kern.outputs[index]]
+    cross = kern(molecules[:4], molecules[4:])[kern.outputs[index]]
     assert torch.allclose(sym, expected, rtol=1e-12, atol=1e-12)
     assert torch.allclose(cross, expected[:4, 4:], rtol=1e-12, atol=1e-12)
 
@@ -253,15 +253,15 @@ def test_pair_sums_equal_brute_force(molecules, make, pairing, block_size):
 def test_features_once_and_environment_batches_are_accepted(molecules):
     """Precomputed descriptors, the SO(3) kernel's EnvironmentBatch and molecules agree; mean reduction."""
     kern = MLPNTK(CONFIG)
-    feats = kern.features(molecules)
+    feats = kern.describe(molecules)
     batch = environment_features(molecules, CONFIG)
     a = kern(molecules)
     assert torch.equal(kern(feats).ntk, a.ntk) and torch.equal(kern(batch).nngp, a.nngp)
     n = torch.tensor([m.n_atoms for m in molecules], dtype=torch.float64)
-    mean = MLPNTK(CONFIG, reduce="mean").ntk(feats)
+    mean = MLPNTK(CONFIG, reduce="mean")(feats).ntk
     assert torch.allclose(mean, a.ntk / n[:, None] / n[None, :], rtol=1e-14)
     ps = PowerSpectrumKernel(CONFIG)
-    assert torch.equal(ps(ps.features(molecules)), ps(batch))
+    assert torch.equal(ps(ps.describe(molecules)).kernel, ps(batch).kernel)
     with pytest.raises(ValueError, match="pairing"):
         MLPNTK(CONFIG, pairing="atom-index")
 
@@ -271,12 +271,12 @@ def test_features_once_and_environment_batches_are_accepted(molecules):
 
 def test_power_spectrum_kernel_is_rotation_translation_and_permutation_invariant(molecules):
     kern = PowerSpectrumKernel(CONFIG)
-    base = kern(molecules)
+    base = kern(molecules).kernel
     rng = np.random.default_rng(0)
     for seed in range(3):
         moved = [rotated(m, random_rotation(seed), rng.normal(size=3), rng.permutation(m.n_atoms)) for m in molecules]
-        assert torch.allclose(kern(moved), base, rtol=0, atol=1e-12 * float(base.abs().max()))
-        assert torch.allclose(kern(molecules, moved), base, rtol=0, atol=1e-12 * float(base.abs().max()))
+        assert torch.allclose(kern(moved).kernel, base, rtol=0, atol=1e-12 * float(base.abs().max()))
+        assert torch.allclose(kern(molecules, moved).kernel, base, rtol=0, atol=1e-12 * float(base.abs().max()))
     eig = torch.linalg.eigvalsh(base)
     assert float(eig.min()) > -1e-12 * float(eig.max())
 
@@ -324,7 +324,7 @@ def test_power_spectrum_known_values_on_hand_built_environments():
     k_c = (r @ r2) ** 2 / ((r @ r) * (r2 @ r2))
     r_h, r2_h = _radial(np.linalg.norm(d), 1, 6), _radial(np.linalg.norm(longer.positions[1]), 1, 6)
     k_h = (r_h @ r2_h) ** 2 / ((r_h @ r_h) * (r2_h @ r2_h))
-    assert float(kern([ch], [longer])[0, 0]) == pytest.approx(k_c**3 + k_h**3, rel=1e-12)
+    assert float(kern([ch], [longer]).kernel[0, 0]) == pytest.approx(k_c**3 + k_h**3, rel=1e-12)
 
 
 def test_power_spectrum_is_the_haar_mean_of_the_squared_lift_kernel(envs):
@@ -340,7 +340,7 @@ def test_power_spectrum_is_the_haar_mean_of_the_squared_lift_kernel(envs):
 
 def test_single_atom_environment_has_zero_power_spectrum():
     kern = PowerSpectrumKernel(CONFIG)
-    k = kern([Molecule([6], [[0, 0, 0]]), Molecule([6, 1], [[0, 0, 0], [1.1, 0, 0]])])
+    k = kern([Molecule([6], [[0, 0, 0]]), Molecule([6, 1], [[0, 0, 0], [1.1, 0, 0]])]).kernel
     assert torch.isfinite(k).all() and float(k[0, 0]) == 0.0 and float(k[1, 1]) == pytest.approx(2.0, rel=1e-14)
 
 
@@ -381,11 +381,11 @@ def test_laplacian_kernels_are_symmetric_psd_with_median_width(qm9, descriptor):
     d = l1_distances(feats)
     rows, cols = np.triu_indices(len(mols), 1)
     assert kern.sigma == pytest.approx(float(np.median(d.numpy()[rows, cols])), rel=1e-15)
-    k = kern(feats)
+    k = kern(kern.describe(mols)).kernel
     assert torch.equal(k, k.T) and torch.all(torch.diagonal(k) == 1)
     assert float(torch.linalg.eigvalsh(k).min()) > -1e-12
     brute = torch.exp(-(feats[:5, None, :] - feats[None, 5:9, :]).abs().sum(-1) / kern.sigma)
-    assert torch.allclose(kern(mols[:5], mols[5:9]), brute, rtol=1e-13)
+    assert torch.allclose(kern(mols[:5], mols[5:9]).kernel, brute, rtol=1e-13)
     assert kern.name == f"{descriptor.name}-laplacian"
 
 
@@ -445,16 +445,16 @@ def test_fchl19_kernel_matches_qmllib_local_kernel(molecules):
     kern = FCHL19Kernel(sigma=2.5, block_size=7)
     reps = np.array([generate_fchl19(m.numbers, m.positions, elements=[1, 6, 7, 8, 9], pad=29) for m in molecules])
     charges = [m.numbers for m in molecules]
-    assert np.allclose(kern(molecules).numpy(), get_local_symmetric_kernel(reps, charges, 2.5), rtol=1e-12)
+    assert np.allclose(kern(molecules).kernel.numpy(), get_local_symmetric_kernel(reps, charges, 2.5), rtol=1e-12)
     cross = get_local_kernel(reps[:4], reps[4:], charges[:4], charges[4:], 2.5)  # qmllib returns (N2, N1)
-    assert np.allclose(kern(molecules[:4], molecules[4:]).numpy(), cross.T, rtol=1e-12)
+    assert np.allclose(kern(molecules[:4], molecules[4:]).kernel.numpy(), cross.T, rtol=1e-12)
 
 
 def test_dscribe_soap_kernel_is_invariant_and_normalised(molecules):
     pytest.importorskip("dscribe")
     kern = DScribeSOAPKernel(r_cut=4.0, n_max=3, l_max=3)
-    base = kern(molecules)
+    base = kern(molecules).kernel
     moved = [rotated(m, random_rotation(5), np.ones(3), np.random.default_rng(2).permutation(m.n_atoms)) for m in molecules]
-    assert torch.allclose(kern(moved), base, rtol=1e-10, atol=1e-10)
+    assert torch.allclose(kern(moved).kernel, base, rtol=1e-10, atol=1e-10)
     counts = torch.tensor([sum(int((m.numbers == z).sum()) ** 2 for z in (1, 6, 7, 8)) for m in molecules], dtype=torch.float64)
     assert torch.all(torch.diagonal(base) <= counts + 1e-12)  # Σ_Z n_Z² pairs, each ≤ 1

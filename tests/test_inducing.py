@@ -1,5 +1,5 @@
 """Inducing environments of sparse molecular kernels (molntk.features.inducing and the
-InducingGroup of the QM9 pipeline), on real QM9 molecules."""
+InducingSet of molntk.molecular), on real QM9 molecules."""
 
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ from molntk.features.inducing import (
     inducing_environments,
 )
 from molntk.features.radial import GaussianBasis
-from molntk.kernels.molecular import MolecularKernel
 from molntk.kernels.so3 import SO3Grid
 from molntk.kernels.so3.spec import parse_architecture
-from molntk.pipelines.molecule_kernels import InducingGroup, MoleculeGroup, SO3NTKKernel
+from molntk.molecular import InducingSet, MoleculeSet, SO3MolecularKernel
 
 FEATURES = FeatureConfig(band_limit=3, smearing_width=0.3, radial=GaussianBasis(n=4, r_min=0.5, r_cut=3.0))
 
@@ -33,9 +32,9 @@ def molecules(qm9) -> list[Molecule]:
 
 
 @pytest.fixture(scope="module")
-def kernel() -> MolecularKernel:
+def kernel() -> SO3MolecularKernel:
     net = parse_architecture("lift:3 erf pool dense", sigma_w=2.0, sigma_b=0.5)
-    return MolecularKernel(net, net.discretisation(SO3Grid(3), "fast", torch.float64, "cpu"), "element", "sum", 16)
+    return SO3MolecularKernel(net, net.discretisation(SO3Grid(3), "fast", torch.float64, "cpu"), "element", "sum", 16, FEATURES)
 
 
 @pytest.mark.parametrize(("counts", "m"), [({1: 50, 6: 30, 7: 5, 8: 14, 9: 1}, 20), ({1: 3, 6: 2}, 10), ({1: 10, 6: 10}, 1), ({1: 7}, 4)])
@@ -109,13 +108,13 @@ def test_bad_selection_settings_name_the_setting(molecules):
 
 def test_kernels_against_inducing_environments_are_sums_of_environment_kernels(molecules, kernel, one_thread):
     """Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(env_a, s) and Θ({s}, {s'}) = [Z_s = Z_s'] k(s, s'),
-    against the environment kernel matrix of the network (MolecularKernel.env_kernel) summed by hand."""
-    group = MoleculeGroup(molecules)
+    against the environment kernel matrix of the network (SO3MolecularKernel.env_kernel) summed by hand."""
+    group = MoleculeSet(molecules)
     feats = group.environments(FEATURES)
     rows = inducing_environments(feats, 9, pool=6)
-    items = SO3NTKKernel(kernel, FEATURES).describe(InducingGroup(group, rows))
+    items = kernel.describe(InducingSet(group, rows))
     assert items.n_molecules == 9 + len(molecules)
-    K = SO3NTKKernel(kernel, FEATURES)(items)
+    K = kernel(items).ntk.numpy()
     _, k_env = kernel.env_kernel(feats.coeffs, None)
     same = feats.centre_numbers[:, None] == feats.centre_numbers[None, :]
     k_env = torch.where(same, k_env, 0.0).numpy()

@@ -15,16 +15,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from molntk.baselines import AugmentedMLPNTK, MLPArchitecture, PowerSpectrumKernel, RotationSet
-from molntk.baselines.augmented import wigner_table
-from molntk.baselines.mlp import MLPNTK
 from molntk.cli.main import app
 from molntk.config import ConfigValidationError, load_config
+from molntk.data.qm9 import QM9_ELEMENTS
 from molntk.data.splits import standard_split
 from molntk.errors import InputError
-from molntk.features.environments import QM9_ELEMENTS, FeatureConfig, environment_features
+from molntk.features.environments import FeatureConfig, environment_features
 from molntk.kernels.so3.spec import describe_architecture, parse_architecture
 from molntk.kernels.so3.wigner import coeff_slices
+from molntk.molecular import BlockKernelOf, MoleculeSet
+from molntk.molecular.baselines import MLPNTK, AugmentedMLPNTK, MLPArchitecture, PowerSpectrumKernel, RotationSet, wigner_table
 from molntk.regression import element_counts
 from molntk.regression.so3_regressor import SO3NTKRegressor
 
@@ -153,7 +153,7 @@ def test_shell_assembled_kernel_ridge_equals_scikit_learn(tiny_run, qm9):
     base_train, base_test = dressed_atom(train, y, test)
     kern = PowerSpectrumKernel(FeatureConfig(), zeta)
     f_train, f_test = (environment_features(m, FeatureConfig()) for m in (train, test))
-    K, K_test = kern(f_train).numpy(), kern(f_test, f_train).numpy()
+    K, K_test = kern(f_train).kernel.numpy(), kern(f_test, f_train).kernel.numpy()
     reg = record["reg_relative"] * np.mean(np.diag(K))
     residual = y - base_train
     krr = KernelRidge(alpha=reg, kernel="precomputed").fit(K, residual - residual.mean())
@@ -455,11 +455,10 @@ def test_eigh_max_applies_to_the_exact_sizes_only(tmp_path):
 
 
 def test_block_kernel_on_two_devices_equals_serial(qm9, tmp_path, one_thread):
-    """MoleculeBlockKernel.on(device) through the DeviceExecutor (two CPU "devices": the
+    """BlockKernelOf.on(device) through the DeviceExecutor (two CPU "devices": the
     multi-GPU code path without a GPU) gives the serial blocks bit for bit, for the SO(3)
     NTK and a feature-map baseline. (This caught a race: the two threads building Wigner
     tables at once could leave e3nn in float32; see molntk.kernels.so3.wigner.)"""
-    from molntk.pipelines.molecule_kernels import MoleculeBlockKernel, MoleculeGroup
     from molntk.pipelines.qm9 import build_candidates
     from molntk.scale import DeviceExecutor, SerialExecutor, kernel_matrices
 
@@ -467,9 +466,9 @@ def test_block_kernel_on_two_devices_equals_serial(qm9, tmp_path, one_thread):
     path.write_text(TINY)
     molecules = qm9.molecules(list(range(14)))
     candidates = build_candidates(load_config(str(path), []), "sum", molecules)
-    group = MoleculeGroup(molecules)
+    group = MoleculeSet(molecules)
     for name in ("so3-ntk", "power-spectrum"):
-        kernel = MoleculeBlockKernel(candidates[name][0].kernel, group, key=name)
+        kernel = BlockKernelOf(candidates[name][0].kernel, group, outputs=(candidates[name][0].matrix,))
         serial = kernel_matrices(kernel, np.arange(10), np.arange(10, 14), block_size=4, executor=SerialExecutor())
         devices = kernel_matrices(kernel, np.arange(10), np.arange(10, 14), block_size=4, executor=DeviceExecutor(["cpu", "cpu"]))
         for matrix in serial:

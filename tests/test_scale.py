@@ -16,13 +16,13 @@ import pytest
 import torch
 from scale_job import SlowBlockKernel, compute, tiny_kernel
 
-from molntk.baselines import CoulombMatrix, LaplacianKernel
-from molntk.features.environments import environment_features, select_molecules
+from molntk.features.environments import environment_features
+from molntk.molecular import BlockKernelOf
+from molntk.molecular.baselines import CoulombMatrix, LaplacianKernel
 from molntk.regression.solvers import cholesky_solve, nystrom_solve, pcg_solve, solver_errors
 from molntk.scale import (
     DamagedBlockWarning,
     DeviceExecutor,
-    MolecularBlockKernel,
     SerialExecutor,
     block_side,
     assemble_kernels,
@@ -42,21 +42,21 @@ def molecules(qm9):
 
 
 @pytest.fixture(scope="module")
-def block_kernel(molecules) -> MolecularBlockKernel:
-    kernel, features = tiny_kernel()
-    return MolecularBlockKernel(kernel, molecules, feature_config=features)
+def block_kernel(molecules) -> BlockKernelOf:
+    kernel, _ = tiny_kernel()
+    return BlockKernelOf(kernel, molecules)
 
 
 def test_selected_features_equal_features_of_the_sublist(molecules):
     _, config = tiny_kernel()
     order = [7, 3, 3, 12, 0]
-    sub = select_molecules(environment_features(molecules, config), order)
+    sub = environment_features(molecules, config).select(order)
     direct = environment_features([molecules[i] for i in order], config)
     assert sub.n_molecules == direct.n_molecules == 5
     for name in ("coeffs", "centre_numbers", "molecule_index", "atom_index"):
         assert torch.equal(getattr(sub, name), getattr(direct, name)), name
     with pytest.raises(ValueError, match="0..29"):
-        select_molecules(environment_features(molecules, config), [30])
+        environment_features(molecules, config).select([30])
 
 
 def test_plan_computes_each_symmetric_block_once():
@@ -111,11 +111,22 @@ def test_block_assembly_equals_one_shot_kernel(block_kernel, molecules, one_thre
     assert np.abs(K_perm["ntk_train"] - K["ntk_train"][np.ix_(perm, perm)]).max() <= 1e-12 * np.abs(K["ntk_train"]).max()
 
 
+def test_cache_key_is_content_not_device(block_kernel, molecules):
+    """One key scheme: the kernel's settings, the matrices kept and the molecules; the
+    device (a copy via on) is not part of it."""
+    kernel, _ = tiny_kernel()
+    assert block_kernel.on("cpu").cache_key() == block_kernel.cache_key() == BlockKernelOf(kernel, molecules).cache_key()
+    assert BlockKernelOf(kernel, molecules, outputs=("ntk",)).cache_key() != block_kernel.cache_key()
+    assert BlockKernelOf(kernel, molecules[:-1]).cache_key() != block_kernel.cache_key()
+    with pytest.raises(ValueError, match="no matrices"):
+        BlockKernelOf(kernel, molecules, outputs=("kernel",))
+
+
 def test_baseline_kernels_through_the_block_engine(molecules):
     kernel = LaplacianKernel(CoulombMatrix(), sigma=500.0)
-    K = kernel_matrices(MolecularBlockKernel(kernel, molecules), TRAIN, TEST, block_size=5, executor=SerialExecutor())
-    assert np.array_equal(K["kernel_train"], kernel(molecules[:24]).numpy())
-    np.testing.assert_allclose(K["kernel_test"], kernel(molecules[24:], molecules[:24]).numpy(), rtol=1e-14)
+    K = kernel_matrices(BlockKernelOf(kernel, molecules), TRAIN, TEST, block_size=5, executor=SerialExecutor())
+    assert np.array_equal(K["kernel_train"], kernel(molecules[:24]).kernel.numpy())
+    np.testing.assert_allclose(K["kernel_test"], kernel(molecules[24:], molecules[:24]).kernel.numpy(), rtol=1e-14)
 
 
 def test_out_of_core_matrices_and_block_seconds(block_kernel, tmp_path, one_thread):

@@ -9,8 +9,8 @@ from e3nn import o3
 
 from molntk.data.molecule import Molecule
 from molntk.features.environments import FeatureConfig, environment_features, padded_features
-from molntk.kernels.molecular import MolecularKernel
 from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
+from molntk.molecular import SO3MolecularKernel
 
 NET = serial(Lift(3, 1.0, 0.1), Nonlinearity("relu"), GroupConv(2, 1.0, 0.1), Nonlinearity("relu"), Pool(), Dense(1.0, 0.1))
 CONFIG = FeatureConfig(band_limit=3)
@@ -41,7 +41,7 @@ def brute_force(molecules_a, molecules_b, pairing, ctx):
 @pytest.mark.parametrize("block_size", [5, 1000])
 def test_pair_sum_equals_brute_force(molecules, pairing, block_size):
     ctx = NET.discretisation(SO3Grid(2), "fast")
-    kern = MolecularKernel(NET, ctx, pairing=pairing, block_size=block_size)
+    kern = SO3MolecularKernel(NET, ctx, pairing=pairing, block_size=block_size)
     feats = environment_features(molecules, CONFIG)
     sym = kern(feats).ntk
     expected = brute_force(molecules, molecules, pairing, ctx)
@@ -52,7 +52,7 @@ def test_pair_sum_equals_brute_force(molecules, pairing, block_size):
 
 def test_atom_index_pairing_equals_brute_force(molecules):
     ctx = NET.discretisation(SO3Grid(2), "exact")
-    kern = MolecularKernel(NET, ctx, pairing="atom-index", block_size=4)
+    kern = SO3MolecularKernel(NET, ctx, pairing="atom-index", block_size=4)
     padded = padded_features(molecules, CONFIG, n_atoms=29)
     got = kern(padded).ntk
     expected = torch.zeros_like(got)
@@ -66,8 +66,8 @@ def test_atom_index_pairing_equals_brute_force(molecules):
 def test_mean_reduction_divides_by_atom_counts(molecules):
     ctx = NET.discretisation(SO3Grid(2), "fast")
     feats = environment_features(molecules, CONFIG)
-    total = MolecularKernel(NET, ctx).__call__(feats).ntk
-    mean = MolecularKernel(NET, ctx, reduce="mean")(feats).ntk
+    total = SO3MolecularKernel(NET, ctx).__call__(feats).ntk
+    mean = SO3MolecularKernel(NET, ctx, reduce="mean")(feats).ntk
     n = torch.tensor([m.n_atoms for m in molecules], dtype=torch.float64)
     assert torch.allclose(mean, total / n[:, None] / n[None, :], rtol=1e-13)
 
@@ -76,7 +76,7 @@ def test_element_kernel_is_permutation_and_rotation_invariant(molecules):
     """Permuting atoms is exactly invisible; a rigid rotation changes the kernel only by the
     grid's quadrature error (measured < 1e-4 relative at B = 4)."""
     ctx = NET.discretisation(SO3Grid(4), "fast")
-    kern = MolecularKernel(NET, ctx)
+    kern = SO3MolecularKernel(NET, ctx)
     base = kern(environment_features(molecules, CONFIG)).ntk
     rng = np.random.default_rng(0)
     R = o3.angles_to_matrix(*torch.tensor([0.7, 1.9, 4.1], dtype=torch.float64)).numpy()

@@ -47,6 +47,11 @@ from molntk.utils.files import atomic_path, atomic_write_json, sha256_file
 
 logger = logging.getLogger(__name__)
 
+#: QM9's elements H, C, N, O, F.
+QM9_ELEMENTS: tuple[int, ...] = (1, 6, 7, 8, 9)
+#: Largest molecule of QM9 (atoms): the reference's per-atom-index layout.
+QM9_MAX_ATOMS = 29
+
 #: CODATA 2018: 1 Hartree = 27.211386245988 eV.
 HARTREE_TO_MEV = 27211.386245988
 

@@ -7,7 +7,6 @@ fixes the elements, band limit, angular smearing (:mod:`.smearing`) and radial b
 """
 
 from molntk.features.environments import (
-    QM9_ELEMENTS,
     EnvironmentBatch,
     FeatureConfig,
     PaddedFeatures,
@@ -19,7 +18,6 @@ from molntk.features.smearing import smearing_coefficients, vmf_density
 from molntk.features.sphere import S2Grid
 
 __all__ = [
-    "QM9_ELEMENTS",
     "CoulombBasis",
     "EnvironmentBatch",
     "FeatureConfig",

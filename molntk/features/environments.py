@@ -35,16 +35,13 @@ from e3nn import o3
 from torch import Tensor
 
 from molntk.data.molecule import MAX_Z, Molecule
+from molntk.data.qm9 import QM9_ELEMENTS, QM9_MAX_ATOMS
 from molntk.errors import InputError
 from molntk.features.radial import CoulombBasis, GaussianBasis, RadialBasis, check_float, check_int, radial_basis_from_dict
 from molntk.features.smearing import smearing_coefficients, smearing_vector
 
-#: QM9's elements H, C, N, O, F.
-QM9_ELEMENTS: tuple[int, ...] = (1, 6, 7, 8, 9)
 #: Largest band limit: e3nn's spherical harmonics stop at l = 12.
 MAX_BAND_LIMIT = 13
-#: Largest molecule of QM9 (atoms): the reference's per-atom-index layout.
-QM9_MAX_ATOMS = 29
 _DTYPES = (torch.float32, torch.float64)
 
 
@@ -159,6 +156,25 @@ class EnvironmentBatch:
     def n_env(self) -> int:
         return int(self.coeffs.shape[0])
 
+    def select(self, indices: Sequence[int] | np.ndarray | Tensor) -> EnvironmentBatch:
+        """The features of molecules ``indices`` (in that order, repeats allowed), equal to those
+        computed for that list: compute features once for a molecule set, then take subsets."""
+        idx = _molecule_indices(indices, self.n_molecules, self.molecule_index.device)
+        rows, new_index = molecule_rows(self.molecule_index, self.n_molecules, idx)
+        return EnvironmentBatch(
+            coeffs=self.coeffs[rows],
+            centre_numbers=self.centre_numbers[rows],
+            molecule_index=new_index,
+            atom_index=self.atom_index[rows],
+            n_molecules=int(idx.numel()),
+            config=self.config,
+        )
+
+    def to(self, device: torch.device | str) -> EnvironmentBatch:
+        """The same features with every tensor on ``device``."""
+        return EnvironmentBatch(self.coeffs.to(device), self.centre_numbers.to(device), self.molecule_index.to(device),
+                                self.atom_index.to(device), self.n_molecules, self.config)
+
 
 @dataclass
 class PaddedFeatures:
@@ -173,6 +189,19 @@ class PaddedFeatures:
     mask: Tensor
     centre_numbers: Tensor
     config: FeatureConfig
+
+    def to(self, device: torch.device | str) -> PaddedFeatures:
+        """The same features with every tensor on ``device``."""
+        return PaddedFeatures(self.coeffs.to(device), self.mask.to(device), self.centre_numbers.to(device), self.config)
+
+    def select(self, indices: Sequence[int] | np.ndarray | Tensor) -> PaddedFeatures:
+        """The padded features of molecules ``indices`` (in that order, repeats allowed)."""
+        idx = _molecule_indices(indices, self.n_molecules, self.coeffs.device)
+        return PaddedFeatures(self.coeffs[idx], self.mask[idx], self.centre_numbers[idx], self.config)
+
+    @property
+    def n_molecules(self) -> int:
+        return int(self.coeffs.shape[0])
 
 
 def _as_list(molecules: Molecule | Sequence[Molecule]) -> list[Molecule]:
@@ -291,26 +320,6 @@ def molecule_rows(molecule_index: Tensor, n_molecules: int, indices: Sequence[in
     new_index = torch.repeat_interleave(torch.arange(idx.numel(), device=device), sel_counts)
     shift = torch.repeat_interleave(offsets[idx] - (torch.cumsum(sel_counts, 0) - sel_counts), sel_counts)
     return shift + torch.arange(new_index.numel(), device=device), new_index
-
-
-def select_molecules(feats: EnvironmentBatch | PaddedFeatures, indices: Sequence[int] | np.ndarray | Tensor) -> EnvironmentBatch | PaddedFeatures:
-    """The features of molecules ``indices`` (in that order, repeats allowed), equal to those
-    computed for that list: compute features once for a molecule set, then take subsets."""
-    if isinstance(feats, PaddedFeatures):
-        idx = _molecule_indices(indices, feats.coeffs.shape[0], feats.coeffs.device)
-        return PaddedFeatures(feats.coeffs[idx], feats.mask[idx], feats.centre_numbers[idx], feats.config)
-    if not isinstance(feats, EnvironmentBatch):
-        raise TypeError(f"select_molecules needs an EnvironmentBatch or PaddedFeatures, got {type(feats).__name__}")
-    idx = _molecule_indices(indices, feats.n_molecules, feats.molecule_index.device)
-    rows, new_index = molecule_rows(feats.molecule_index, feats.n_molecules, idx)
-    return EnvironmentBatch(
-        coeffs=feats.coeffs[rows],
-        centre_numbers=feats.centre_numbers[rows],
-        molecule_index=new_index,
-        atom_index=feats.atom_index[rows],
-        n_molecules=int(idx.numel()),
-        config=feats.config,
-    )
 
 
 def padded_features(

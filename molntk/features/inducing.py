@@ -1,7 +1,7 @@
 """Inducing environments of sparse (Nyström) molecular kernels.
 
 A molecular kernel is a sum of environment kernels, Θ(M, M') = Σ_{a∈M} Σ_{b∈M'} [Z_a = Z_b]
-k(env_a, env_b) (:mod:`molntk.kernels.molecular`). A sparse model expands the energy in m
+k(env_a, env_b) (:mod:`molntk.molecular.pair_sum`). A sparse model expands the energy in m
 inducing environments s_1 … s_m instead of in the training molecules,
 
     E(M) = Σ_j w_j Θ(M, {s_j}),   Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(env_a, s),

@@ -32,8 +32,6 @@ predictions):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import shutil
 import time
@@ -47,7 +45,10 @@ import torch
 
 from molntk.config import ConfigProblem, ConfigValidationError, QM9DataConfig, QM9PropertyConfig
 from molntk.data.molecule import Molecule
-from molntk.pipelines.molecule_kernels import MoleculeBlockKernel, MoleculeGroup, MoleculeKernel
+from molntk.data.qm9 import QM9_ELEMENTS
+from molntk.molecular import BlockKernelOf, InducingSet, MolecularKernel, MoleculeSet, SO3MolecularKernel
+from molntk.molecular.baselines import MLPNTK, AugmentedMLPNTK, BagOfBonds, CoulombMatrix, DScribeSOAPKernel, FCHL19Kernel
+from molntk.molecular.baselines import LaplacianKernel, MLPArchitecture, PowerSpectrumKernel, RotationSet, median_l1_width
 
 if TYPE_CHECKING:
     from molntk.data.qm9 import QM9
@@ -69,8 +70,14 @@ class Candidate:
 
     label: str
     params: dict[str, Any]
-    kernel: MoleculeKernel
+    kernel: MolecularKernel
     quadrature: bool = False
+
+    @property
+    def matrix(self) -> str:
+        """The matrix kernel ridge is fitted on: the kernel's last output (the NTK Θ of a
+        network's kernel, else the kernel itself)."""
+        return self.kernel.outputs[-1]
 
 
 def rotated_copies(molecules: Sequence[Molecule], n_rotations: int, seed: int) -> list[Molecule]:
@@ -106,7 +113,7 @@ class QM9Sets:
     copies of the invariance set: one group, so each model describes every molecule once."""
 
     sizes: list[int]
-    molecules: MoleculeGroup
+    molecules: MoleculeSet
     n_test: int
     n_rotated: int
     n_rotations: int
@@ -173,7 +180,7 @@ def load_sets(config: QM9PropertyConfig, source: str, dtype: torch.dtype, device
     rotated = rotated_copies(test[: inv.n_molecules], inv.n_rotations, inv.seed)
     return QM9Sets(
         sizes=sizes,
-        molecules=MoleculeGroup([*train, *test, *rotated], dtype, device),
+        molecules=MoleculeSet([*train, *test, *rotated], dtype, device),
         n_test=len(test),
         n_rotated=len(rotated),
         n_rotations=inv.n_rotations,
@@ -201,26 +208,8 @@ def engine_options(config: QM9PropertyConfig) -> tuple[torch.dtype, str]:
 def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence[Molecule]) -> dict[str, list[Candidate]]:
     """Model name → its hyperparameter candidates; Laplacian widths scale with the median
     distance among ``reference`` (training molecules)."""
-    from molntk.baselines import (
-        MLPNTK,
-        AugmentedMLPNTK,
-        BagOfBonds,
-        CoulombMatrix,
-        DScribeSOAPKernel,
-        FCHL19Kernel,
-        MLPArchitecture,
-        PowerSpectrumKernel,
-        RotationSet,
-    )
-    from molntk.kernels.molecular import MolecularKernel
     from molntk.kernels.so3 import SO3Grid
     from molntk.kernels.so3.spec import parse_architecture
-    from molntk.pipelines.molecule_kernels import (
-        FeatureMapKernel,
-        MoleculeDescriptorKernel,
-        SO3NTKKernel,
-        laplacian_candidates,
-    )
 
     models, engine = config.models, config.kernel
     features = config.features.feature_config()
@@ -233,14 +222,13 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
         for c in models.so3_ntk.candidates:
             net = parse_architecture(c.layers, sigma_w=c.sigma_w, sigma_b=c.sigma_b)
             ctx = net.discretisation(grid, engine.mode, dtype, device)
-            kernel = MolecularKernel(net, ctx, engine.pairing, reduce, engine.block_size)
             label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
             own = features
             if c.smearing_width is not None:
                 own = dataclasses.replace(features, smearing_width=c.smearing_width)
                 label += f", smearing {c.smearing_width:g} rad"
-            quadrature = engine.mode == "fast"
-            out["so3-ntk"].append(Candidate(label, c.model_dump(), SO3NTKKernel(kernel, own), quadrature))
+            kernel = SO3MolecularKernel(net, ctx, engine.pairing, reduce, engine.block_size, own)
+            out["so3-ntk"].append(Candidate(label, c.model_dump(), kernel, quadrature=engine.mode == "fast"))
     mlp_like = (("mlp-ntk", models.mlp_ntk), ("augmented-mlp-ntk", models.augmented_mlp_ntk))
     for name, section in mlp_like:
         if section is None:
@@ -249,37 +237,38 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
         for c in section.candidates:
             arch = MLPArchitecture(c.depth, c.activation, c.sigma_w, c.sigma_b)
             label = f"depth {c.depth} {c.activation} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
+            options = {"pairing": pairing, "reduce": reduce, "block_size": engine.block_size}
             if name == "mlp-ntk":
-                kern = MLPNTK(features, arch, pairing, reduce, engine.block_size)
+                kernel = MLPNTK(features, arch, **options)
             else:
                 rotations = RotationSet.differences(RotationSet.random(section.rotations, section.seed))
-                kern = AugmentedMLPNTK(features, arch, rotations, pairing, reduce, engine.block_size)
+                kernel = AugmentedMLPNTK(features, arch, rotations, **options)
                 label += f", {2 * section.rotations} rotations"
-            kernel = FeatureMapKernel(kern, features, output=1)
             out[name].append(Candidate(label, c.model_dump(), kernel, quadrature=name != "mlp-ntk"))
     if models.power_spectrum is not None:
         out["power-spectrum"] = [
-            Candidate(f"ζ={z}", {"zeta": z}, FeatureMapKernel(PowerSpectrumKernel(features, z, pairing=pairing, reduce=reduce), features))
+            Candidate(f"ζ={z}", {"zeta": z}, PowerSpectrumKernel(features, z, pairing=pairing, reduce=reduce))
             for z in models.power_spectrum.zetas
         ]
     if models.soap is not None:
         soap = models.soap
         out["soap-dscribe"] = [
-            Candidate(f"ζ={z}", {**soap.model_dump(exclude={"zetas"}), "zeta": z}, MoleculeDescriptorKernel(DScribeSOAPKernel(
-                r_cut=soap.r_cut, n_max=soap.n_max, l_max=soap.l_max, sigma=soap.sigma, zeta=z, pairing=pairing, reduce=reduce)))
+            Candidate(f"ζ={z}", {**soap.model_dump(exclude={"zetas"}), "zeta": z}, DScribeSOAPKernel(
+                r_cut=soap.r_cut, n_max=soap.n_max, l_max=soap.l_max, sigma=soap.sigma, zeta=z, pairing=pairing, reduce=reduce))
             for z in soap.zetas
         ]
     if models.fchl19 is not None:
         out["fchl19"] = [
-            Candidate(f"σ={w:g}", {"sigma": w}, MoleculeDescriptorKernel(FCHL19Kernel(w, pairing=pairing, reduce=reduce)))
+            Candidate(f"σ={w:g}", {"sigma": w}, FCHL19Kernel(w, pairing=pairing, reduce=reduce))
             for w in models.fchl19.sigmas
         ]
     globals_ = (("cm-laplacian", models.coulomb_matrix, CoulombMatrix()), ("bob-laplacian", models.bag_of_bonds, BagOfBonds()))
     for name, section, descriptor in globals_:
         if section is not None:
-            kernels = laplacian_candidates(descriptor, reference, section.width_factors)
+            median = median_l1_width(descriptor(list(reference)))
+            kernels = [LaplacianKernel(descriptor, f * median) for f in section.width_factors]
             out[name] = [
-                Candidate(f"σ={k.kernel.sigma:.3g} ({f:g}× median)", {"width_factor": f, "sigma": k.kernel.sigma}, k)
+                Candidate(f"σ={k.sigma:.3g} ({f:g}× median)", {"width_factor": f, "sigma": k.sigma}, k)
                 for f, k in zip(section.width_factors, kernels)
             ]
     return out
@@ -292,7 +281,6 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
 
 def dressed_atom(train: Sequence[Molecule], y_train: np.ndarray, *others: Sequence[Molecule]) -> tuple[np.ndarray, ...]:
     """Dressed-atom predictions (fitted on ``train``) for ``train`` and each of ``others``."""
-    from molntk.features.environments import QM9_ELEMENTS
     from molntk.regression import DressedAtomModel, element_counts
 
     model = DressedAtomModel().fit(element_counts(train, QM9_ELEMENTS), y_train)
@@ -354,30 +342,25 @@ class Engine:
         )
 
 
-def block_kernel(candidate: Candidate, group: MoleculeGroup, key: dict[str, Any]) -> MoleculeBlockKernel:
-    """The candidate's kernel on ``group`` as a block kernel (descriptors computed here); its
-    cache key hashes ``key`` (the model, the feature and engine settings and the fingerprint
-    of the group's molecules, in order) and the candidate's hyperparameters, so a rerun of
-    the same config finds its blocks and nothing else does."""
-    material = {**key, "candidate": candidate.params}
-    digest = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
-    return MoleculeBlockKernel(candidate.kernel, group, digest)
+def block_kernel(candidate: Candidate, group: MoleculeSet | InducingSet) -> BlockKernelOf:
+    """The candidate's kernel on ``group`` as a block kernel of the matrix it is regressed on
+    (descriptors computed here); its cache key hashes the kernel's settings and the group's
+    fingerprint, so a rerun of the same config finds its blocks and nothing else does."""
+    return BlockKernelOf(candidate.kernel, group, outputs=(candidate.matrix,))
 
 
 def select_candidate(
-    candidates: list[Candidate], selection: MoleculeGroup, key: dict[str, Any], y: np.ndarray,
-    config: QM9PropertyConfig, engine: Engine,
+    candidates: list[Candidate], selection: MoleculeSet, y: np.ndarray, config: QM9PropertyConfig, engine: Engine,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Index of the candidate with the lowest CV error on the ``selection`` molecules
-    (targets ``y``; ``key``: cache key material of the group, see :func:`block_kernel`), and
-    the search table. Each candidate describes only the selection molecules, one candidate
+    (targets ``y``), and the search table. Each candidate describes only the selection molecules, one candidate
     at a time, so the losing candidates never hold descriptors of the whole run."""
     if len(candidates) == 1:
         return 0, [{"candidate": candidates[0].label, "params": candidates[0].params, "cv_rmse": None, "chosen": True}]
     rows = []
     for cand in candidates:
-        selection_kernel = engine.assemble(block_kernel(cand, selection, key), np.arange(len(y)))
-        model = fit_kernel_ridge(selection_kernel.matrices["kernel_train"], y, config, cand.quadrature)
+        selection_kernel = engine.assemble(block_kernel(cand, selection), np.arange(len(y)))
+        model = fit_kernel_ridge(selection_kernel.matrices[f"{cand.matrix}_train"], y, config, cand.quadrature)
         curve = model.cv_result_
         rmse = math.sqrt(curve.scores[curve.best_index]) * float(np.mean(model.target_scale_))
         rows.append({
@@ -418,7 +401,7 @@ class ShellKernels:
             shutil.rmtree(self.folder)
 
 
-def shell_kernels(kernel: MoleculeBlockKernel, sets: QM9Sets, engine: Engine, progress: Progress | None,
+def shell_kernels(kernel: BlockKernelOf, sets: QM9Sets, engine: Engine, progress: Progress | None,
                   label: str, sizes: Sequence[int] | None = None) -> ShellKernels:
     """K(train, train) and K(test and rotated, train) from the block engine (module
     docstring, step 3) for the training ``sizes`` (default: all of the run's): blocks start
@@ -431,10 +414,11 @@ def shell_kernels(kernel: MoleculeBlockKernel, sets: QM9Sets, engine: Engine, pr
         boundaries=sizes, test_boundaries=[m], storage=label,
         progress=None if progress is None else (lambda done, total: progress(label, done, total)),
     )
-    K_test = assembly.matrices["kernel_test"]
+    (matrix,) = kernel.outputs
+    K_test = assembly.matrices[f"{matrix}_test"]
     seconds = np.array([assembly.seconds_up_to(size, test_rows=m) for size in sizes])
     folder = None if engine.matrices_dir is None else engine.matrices_dir / label
-    return ShellKernels(assembly.matrices["kernel_train"], K_test[:m], K_test[m:], seconds[:, 0], seconds[:, 1], folder)
+    return ShellKernels(assembly.matrices[f"{matrix}_train"], K_test[:m], K_test[m:], seconds[:, 0], seconds[:, 1], folder)
 
 
 def invariance_error(pred_test: np.ndarray, pred_rot: np.ndarray, n_rotations: int) -> float | None:
@@ -510,24 +494,18 @@ def _run_models(config: QM9PropertyConfig, sets: QM9Sets, engine: Engine, progre
         by_reduce.setdefault(target_settings(config, target)[0], []).append(target)
     residual = {t: target_settings(config, t)[1] for t in config.targets}
     _dressed_atom_records(sets, config.targets, records, predictions)
-    from molntk.scale.molecular import molecule_fingerprint
-
     exact_up_to = None if config.sparse is None else config.sparse.exact_up_to
     exact_sizes = [n for n in sets.sizes if exact_up_to is None or n <= exact_up_to]
     n_select = config.learning_curve.n_select
-    selection = MoleculeGroup(sets.train_molecules[:n_select], sets.molecules.dtype, sets.molecules.device)
-    fingerprints = {"selection": molecule_fingerprint(selection.molecules), "run": molecule_fingerprint(sets.molecules.molecules)}
+    selection = MoleculeSet(sets.train_molecules[:n_select], sets.molecules.dtype, sets.molecules.device)
     for reduce, targets in by_reduce.items():
         y_sel = np.stack([_residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
         for name, candidates in build_candidates(config, reduce, sets.train_molecules[:n_select]).items():
-            key = {"model": name, "reduce": reduce, "features": config.features.model_dump(),
-                   "kernel": config.kernel.model_dump(exclude={"threads", "device"})}
-            best, rows = select_candidate(candidates, selection, {**key, "molecules": fingerprints["selection"]}, y_sel, config, engine)
+            best, rows = select_candidate(candidates, selection, y_sel, config, engine)
             search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
             chosen = candidates[best]
-            run_key = {**key, "molecules": fingerprints["run"]}
             if exact_sizes:
-                kernel = block_kernel(chosen, sets.molecules, run_key)
+                kernel = block_kernel(chosen, sets.molecules)
                 shells = shell_kernels(kernel, sets, engine, progress, f"{name}-{reduce}", exact_sizes)
                 kernel_seconds.append({"model": name, "reduce": reduce, "train": float(shells.train_seconds[-1]),
                                        "test": float(shells.test_seconds[-1]), "storage": shells.storage})
@@ -545,7 +523,7 @@ def _run_models(config: QM9PropertyConfig, sets: QM9Sets, engine: Engine, progre
                 from molntk.pipelines.qm9_sparse import SUFFIX, sparse_kernels, sparse_records
 
                 label = f"{name}{SUFFIX}-{reduce}"
-                sparse = sparse_kernels(chosen, sets, config.sparse, engine, run_key, progress, label)
+                sparse = sparse_kernels(chosen, sets, config.sparse, engine, progress, label)
                 kernel_seconds.append({"model": name + SUFFIX, "reduce": reduce, "inducing": sparse.inducing_seconds,
                                        "train": sparse.inducing_seconds + sparse.seconds_between(0, sets.n_train),
                                        "test": sparse.seconds_between(sets.n_train, sets.n_train + sets.n_test),

@@ -8,7 +8,7 @@ For a model listed in ``sparse.models``, with the candidate chosen for its exact
 2. the block engine computes Θ(inducing, inducing) (m × m, symmetric blocks) and
    Θ(molecule, inducing) for every molecule of the run (training, test, rotated copies;
    n × m), each inducing environment being a molecule of its own
-   (:class:`~molntk.pipelines.molecule_kernels.InducingGroup`): blocks, cache, resume,
+   (:class:`~molntk.molecular.sets.InducingSet`): blocks, cache, resume,
    GPUs and Dask as for the exact kernels;
 3. per target and training size n: the dressed-atom residual, then
    :class:`~molntk.regression.sparse.SparseKernelRegressor` on the first n rows, λ by
@@ -31,7 +31,7 @@ import numpy as np
 
 from molntk.config import QM9PropertyConfig, SparseConfig
 from molntk.features.inducing import inducing_environments
-from molntk.pipelines.molecule_kernels import InducingGroup
+from molntk.molecular import InducingSet
 from molntk.pipelines.qm9 import Candidate, Engine, Progress, QM9Sets, block_kernel, evaluate_model
 from molntk.scale.blocks import TEST, TRAIN
 
@@ -66,14 +66,12 @@ class SparseKernels:
         return float(self.row_seconds[inside].sum())
 
 
-def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, engine: Engine, key: dict[str, Any],
+def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, engine: Engine,
                    progress: Progress | None, label: str) -> SparseKernels:
     """Steps 1–2 of the module docstring for the chosen ``candidate``."""
     feats = sets.molecules.environments(candidate.kernel.features)
     rows = inducing_environments(feats, sparse.environments, method=sparse.selection, seed=sparse.seed, pool=sets.n_train)
-    group = InducingGroup(sets.molecules, rows)
-    inducing_key = {**key, "inducing": {"environments": sparse.environments, "selection": sparse.selection, "seed": sparse.seed}}
-    kernel = block_kernel(candidate, group, inducing_key)
+    kernel = block_kernel(candidate, InducingSet(sets.molecules, rows))
     m, n_train, n_test = len(rows), sets.n_train, sets.n_test
     assembly = engine.assemble(
         kernel, np.arange(m), m + np.arange(len(sets.molecules)),
@@ -84,8 +82,8 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, en
     inducing_seconds = float(sum(s for b, s in zip(assembly.blocks, seconds) if b.matrix == TRAIN))
     row_blocks = [(b.row_slice.stop, s) for b, s in zip(assembly.blocks, seconds) if b.matrix == TEST]
     return SparseKernels(
-        inducing=assembly.matrices["kernel_train"],
-        rows=assembly.matrices["kernel_test"],
+        inducing=assembly.matrices[f"{candidate.matrix}_train"],
+        rows=assembly.matrices[f"{candidate.matrix}_test"],
         inducing_seconds=inducing_seconds,
         row_ends=np.array([end for end, _ in row_blocks]),
         row_seconds=np.array([s for _, s in row_blocks]),

@@ -7,7 +7,7 @@
 
 ``fit`` computes environment feature maps (:mod:`molntk.features.environments`), the
 element-resolved molecular NTK and NNGP of the SO(3) network ``layers``
-(:mod:`molntk.kernels.so3.spec`, :class:`~molntk.kernels.molecular.MolecularKernel`),
+(:mod:`molntk.kernels.so3.spec`, :class:`~molntk.molecular.so3.SO3MolecularKernel`),
 optionally subtracts the dressed-atom linear model (extensive energies), and fits
 :class:`~molntk.regression.KernelRegressor` (NTK mean at t = ∞, λ by cross-validation on
 the training data). ``predict(..., return_std=True)`` adds the NTK-GP standard deviation.
@@ -173,15 +173,15 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         return FeatureConfig.from_dict(data)
 
     def molecular_kernel(self):
-        from molntk.kernels.molecular import MolecularKernel
         from molntk.kernels.so3 import SO3Grid
         from molntk.kernels.so3.spec import parse_architecture
+        from molntk.molecular import SO3MolecularKernel
 
         if self.dtype not in ("float64", "float32"):
             raise InputError("dtype", f"must be 'float64' or 'float32', got {self.dtype!r}")
         net = parse_architecture(self.layers, sigma_w=self.sigma_w, sigma_b=self.sigma_b)
         ctx = net.discretisation(SO3Grid(self.grid_band_limit, self.sampling), self.mode, getattr(torch, self.dtype), self.device)
-        return MolecularKernel(net, ctx, self.pairing, self.reduce, self.block_size)
+        return SO3MolecularKernel(net, ctx, self.pairing, self.reduce, self.block_size, self.feature_config())
 
     def _features(self, molecules: list[Molecule]):
         from molntk.features.environments import environment_features

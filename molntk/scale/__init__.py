@@ -2,9 +2,10 @@
 
 Entry point (:mod:`molntk.scale.engine`)::
 
-    from molntk.scale import MolecularBlockKernel, kernel_matrices, rich_progress
+    from molntk.molecular import BlockKernelOf
+    from molntk.scale import kernel_matrices, rich_progress
 
-    bk = MolecularBlockKernel(kernel, molecules, feature_config=fc)   # features once
+    bk = BlockKernelOf(kernel, molecules)                  # descriptors once per molecule
     with rich_progress() as bar:
         K = kernel_matrices(bk, train_idx, test_idx, cache_dir="cache/kernels", progress=bar)
     K["ntk_train"], K["ntk_test"], K["nngp_train"], K["nngp_test"]      # float64 numpy
@@ -23,8 +24,8 @@ default with CUDA) or :class:`DaskExecutor` (``DaskExecutor.local(n_workers)`` o
 
 Modules: :mod:`~molntk.scale.blocks` (block kernel protocol, plan),
 :mod:`~molntk.scale.memory` (budget → block side), :mod:`~molntk.scale.cache` (checksummed
-block files), :mod:`~molntk.scale.executors`, :mod:`~molntk.scale.molecular` (the adapter),
-:mod:`~molntk.scale.progress`, :mod:`~molntk.scale.engine`.
+block files), :mod:`~molntk.scale.executors`, :mod:`~molntk.scale.progress`, :mod:`~molntk.scale.engine`.
+Block kernels of molecules: :class:`molntk.molecular.BlockKernelOf`.
 """
 
 from molntk.scale.blocks import BlockKernel, plan_blocks
@@ -32,7 +33,6 @@ from molntk.scale.cache import BlockCache, DamagedBlockWarning
 from molntk.scale.engine import KernelAssembly, assemble_kernels, default_executor, kernel_matrices
 from molntk.scale.executors import DaskExecutor, DeviceExecutor, SerialExecutor, cuda_devices, open_executor, round_robin
 from molntk.scale.memory import block_side, default_memory_budget
-from molntk.scale.molecular import MolecularBlockKernel, molecule_fingerprint
 from molntk.scale.progress import rich_progress
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "DaskExecutor",
     "DeviceExecutor",
     "KernelAssembly",
-    "MolecularBlockKernel",
     "SerialExecutor",
     "assemble_kernels",
     "block_side",
@@ -50,7 +49,6 @@ __all__ = [
     "default_executor",
     "default_memory_budget",
     "kernel_matrices",
-    "molecule_fingerprint",
     "open_executor",
     "plan_blocks",
     "rich_progress",

@@ -12,7 +12,7 @@ f_c f'_c, so the first layer sees the channel-averaged L² inner product of the 
 densities, independent of the band limit L — exactly the normalisation of the SO(3)
 lifting layer (:mod:`molntk.kernels.so3.lift`), so that an MLP and an SO(3) network with the
 same σ_w, σ_b are directly comparable (and the orbit average of this kernel is the SO(3)
-GCNN kernel, :mod:`molntk.baselines.augmented`). It equals the standard fan-in
+GCNN kernel, :mod:`molntk.molecular.baselines.augmented`). It equals the standard fan-in
 parametrisation applied to the rescaled input L·v.
 
 Infinite-width kernels (F, Ḟ the dual activations of :mod:`molntk.kernels.activations`):
@@ -21,25 +21,23 @@ Infinite-width kernels (F, Ḟ the dual activations of :mod:`molntk.kernels.acti
     K^{ℓ+1} = σ_w² F(K^ℓ; K^ℓ_vv, K^ℓ_v'v') + σ_b²,        Θ^{ℓ+1} = K^{ℓ+1} + σ_w² Θ^ℓ Ḟ(K^ℓ; …)
 
 for ℓ = 1 … depth; the NNGP and NTK of the network are K^{depth+1} and Θ^{depth+1}.
-The molecular kernel is the element-resolved pair sum of :mod:`molntk.baselines.assembly`.
+The molecular kernel is the element-resolved pair sum of :mod:`molntk.molecular.pair_sum`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from molntk.baselines.assembly import AtomDescriptors, KernelInput, LocalKernel, check_options
-from molntk.data.molecule import Molecule
-from molntk.features.environments import EnvironmentBatch, FeatureConfig, environment_features
+from molntk.features.environments import EnvironmentBatch, FeatureConfig
 from molntk.kernels.activations import get_activation
 from molntk.kernels.pooled_activations import pooled_dual
-from molntk.kernels.molecular import MoleculeKernels
+from molntk.molecular.baselines.local import FeatureMapKernel
+from molntk.molecular.descriptors import AtomDescriptors
 
 
 def mlp_kernels(
@@ -114,54 +112,30 @@ class MLPArchitecture:
         return k, torch.add(k, t, alpha=self.sigma_w**2)
 
 
-class FeatureMapNTK(LocalKernel):
-    """What the NTK baselines on molntk's feature maps share: features, and calls returning
-    :class:`~molntk.kernels.molecular.MoleculeKernels` like the SO(3) molecular kernel.
+@dataclass(frozen=True, kw_only=True)
+class FeatureMapNTK(FeatureMapKernel):
+    """What the NTK baselines on molntk's feature maps share: the flattened coefficients as
+    descriptors, an ``architecture``, and calls returning ``{"nngp", "ntk"}`` like the SO(3)
+    molecular kernel."""
 
-    A subclass is a frozen dataclass with fields ``config`` (a FeatureConfig),
-    ``architecture``, ``pairing``, ``reduce``, ``block_size`` and an ``env_kernel``
-    returning (NNGP, NTK).
-    """
-
-    config: FeatureConfig
     architecture: MLPArchitecture
-    n_outputs: ClassVar[int] = 2
-
-    def features(self, molecules: Molecule | Sequence[Molecule]) -> AtomDescriptors:
-        return AtomDescriptors.from_batch(environment_features(molecules, self.config))
+    outputs: ClassVar[tuple[str, ...]] = ("nngp", "ntk")
 
     def from_environments(self, batch: EnvironmentBatch) -> AtomDescriptors:
         return AtomDescriptors.from_batch(batch)
-
-    def __call__(self, a: KernelInput, b: KernelInput | None = None) -> MoleculeKernels:
-        nngp, ntk = self.kernels(a, b)
-        return MoleculeKernels(nngp=nngp, ntk=ntk)
-
-    def nngp(self, a: KernelInput, b: KernelInput | None = None) -> Tensor:
-        return self(a, b).nngp
-
-    def ntk(self, a: KernelInput, b: KernelInput | None = None) -> Tensor:
-        return self(a, b).ntk
 
 
 @dataclass(frozen=True)
 class MLPNTK(FeatureMapNTK):
     """Molecular NNGP/NTK of per-atom MLPs on the flattened environment feature maps.
 
-    ``kern(a, b)`` → :class:`~molntk.kernels.molecular.MoleculeKernels` (nngp, ntk), each
-    (M1, M2), for molecules / an EnvironmentBatch / :meth:`features`; ``kern.nngp(a, b)``
-    and ``kern.ntk(a, b)`` return one of them.
+    ``kern(a, b)`` → ``{"nngp", "ntk"}``, each (M1, M2), for molecules / an EnvironmentBatch /
+    :meth:`describe` output.
     """
 
-    config: FeatureConfig = field(default_factory=FeatureConfig)
+    features: FeatureConfig = field(default_factory=FeatureConfig)
     architecture: MLPArchitecture = field(default_factory=MLPArchitecture)
-    pairing: str = "element"
-    reduce: str = "sum"
-    block_size: int = 256
     name: ClassVar[str] = "mlp-ntk"
-
-    def __post_init__(self) -> None:
-        check_options(self.pairing, self.reduce, self.block_size)
 
     def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(NNGP, NTK) of the per-atom network between coefficient sets (n1, C, L²), (n2, C, L²)."""

@@ -42,7 +42,7 @@ from torch import Tensor
 
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
-from molntk.features.environments import QM9_ELEMENTS, QM9_MAX_ATOMS
+from molntk.data.qm9 import QM9_ELEMENTS, QM9_MAX_ATOMS
 
 LENGTH_UNITS = ("angstrom", "bohr")
 #: Largest number of atoms of each element in one QM9 molecule (H, C, N, O, F).

@@ -17,23 +17,22 @@ pooled GCNN kernel). The environment kernel is the normalised dot product raised
 
 with ζ a positive integer (a Schur power of a Gram matrix, so the kernel stays positive
 semi-definite even where p̂ · p̂' < 0), and the molecular kernel is the element-resolved
-pair sum of :mod:`molntk.baselines.assembly`.
+pair sum of :mod:`molntk.molecular.pair_sum`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from molntk.baselines.assembly import AtomDescriptors, KernelInput, LocalKernel, check_options
-from molntk.data.molecule import Molecule
-from molntk.features.environments import EnvironmentBatch, FeatureConfig, environment_features
+from molntk.features.environments import EnvironmentBatch, FeatureConfig
 from molntk.kernels.so3.wigner import coeff_slices
+from molntk.molecular.baselines.local import FeatureMapKernel
+from molntk.molecular.descriptors import AtomDescriptors
 
 #: Environments per chunk of the (chunk, C, C) Gram matrices.
 _CHUNK = 4096
@@ -77,27 +76,22 @@ def normalised_dot_power(x1: Tensor, x2: Tensor | None, zeta: int) -> Tensor:
 
 
 @dataclass(frozen=True)
-class PowerSpectrumKernel(LocalKernel):
+class PowerSpectrumKernel(FeatureMapKernel):
     """Molecular SOAP-type kernel Σ_a Σ_b [Z_a = Z_b] (p̂_a · p̂_b)^ζ on molntk's feature maps.
 
-    ``kern(a, b)`` → Tensor (M1, M2) for molecules / an EnvironmentBatch / :meth:`features`.
+    ``kern(a, b)`` → ``{"kernel"}`` (M1, M2) for molecules / an EnvironmentBatch / :meth:`describe` output.
     """
 
-    config: FeatureConfig = field(default_factory=FeatureConfig)
+    features: FeatureConfig = field(default_factory=FeatureConfig)
     zeta: int = 2
     degree_scaling: bool = True
-    pairing: str = "element"
-    reduce: str = "sum"
-    block_size: int = 1024
+    block_size: int = field(default=1024, kw_only=True)
     name: ClassVar[str] = "power-spectrum"
 
     def __post_init__(self) -> None:
-        check_options(self.pairing, self.reduce, self.block_size)
+        super().__post_init__()
         if isinstance(self.zeta, bool) or not isinstance(self.zeta, int) or self.zeta < 1:
             raise ValueError(f"zeta must be a positive integer, got {self.zeta!r}")
-
-    def features(self, molecules: Molecule | Sequence[Molecule]) -> AtomDescriptors:
-        return self.from_environments(environment_features(molecules, self.config))
 
     def from_environments(self, batch: EnvironmentBatch) -> AtomDescriptors:
         """Normalised power spectra p̂ of every environment of ``batch``."""
@@ -105,6 +99,3 @@ class PowerSpectrumKernel(LocalKernel):
 
     def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor]:
         return (normalised_dot_power(x1, x2, self.zeta),)
-
-    def __call__(self, a: KernelInput, b: KernelInput | None = None) -> Tensor:
-        return self.kernels(a, b)[0]

@@ -3,7 +3,7 @@
 Both packages are imported only when a descriptor is computed; without them a clear
 ImportError names what to install (``pip install "molntk[baselines]"``). The descriptors
 are per-atom vectors; the molecular kernels are the element-resolved pair sums of
-:mod:`molntk.baselines.assembly`:
+:mod:`molntk.molecular.pair_sum`:
 
 - :class:`DScribeSOAPKernel`: DScribe's SOAP power spectrum p_a (GTO radial basis,
   ``n_max``, ``l_max``, Gaussian atom width ``sigma`` in Å, cutoff ``r_cut`` in Å), kernel
@@ -16,7 +16,7 @@ are per-atom vectors; the molecular kernels are the element-resolved pair sums o
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType, ModuleType
 from typing import Any, ClassVar
@@ -25,10 +25,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from molntk.baselines.assembly import AtomDescriptors, KernelInput, LocalKernel, check_options
-from molntk.baselines.power_spectrum import normalise, normalised_dot_power
 from molntk.data.molecule import Molecule
-from molntk.features.environments import QM9_ELEMENTS
+from molntk.data.qm9 import QM9_ELEMENTS
+from molntk.molecular.baselines.local import MoleculeDescriptorKernel
+from molntk.molecular.baselines.power_spectrum import normalise, normalised_dot_power
+from molntk.molecular.descriptors import AtomDescriptors
 
 
 def require(module: str, package: str, what: str) -> ModuleType:
@@ -42,23 +43,8 @@ def require(module: str, package: str, what: str) -> ModuleType:
         ) from err
 
 
-def _bookkeeping(molecules: list[Molecule], values: np.ndarray) -> AtomDescriptors:
-    n_atoms = [m.n_atoms for m in molecules]
-    numbers = np.concatenate([m.numbers for m in molecules]) if molecules else np.zeros(0, np.int64)
-    return AtomDescriptors(
-        values=torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64)),
-        centre_numbers=torch.from_numpy(numbers),
-        molecule_index=torch.from_numpy(np.repeat(np.arange(len(molecules)), n_atoms)),
-        n_molecules=len(molecules),
-    )
-
-
-def _as_list(molecules: Molecule | Sequence[Molecule]) -> list[Molecule]:
-    return [molecules] if isinstance(molecules, Molecule) else list(molecules)
-
-
 @dataclass(frozen=True)
-class DScribeSOAPKernel(LocalKernel):
+class DScribeSOAPKernel(MoleculeDescriptorKernel):
     """SOAP (DScribe) per atom, normalised, (p̂ · p̂')^ζ, element-resolved pair sum."""
 
     elements: tuple[int, ...] = QM9_ELEMENTS
@@ -68,20 +54,14 @@ class DScribeSOAPKernel(LocalKernel):
     sigma: float = 0.5
     zeta: int = 2
     n_jobs: int = 1
-    pairing: str = "element"
-    reduce: str = "sum"
-    block_size: int = 1024
+    block_size: int = field(default=1024, kw_only=True)
     name: ClassVar[str] = "soap-dscribe"
 
-    def __post_init__(self) -> None:
-        check_options(self.pairing, self.reduce, self.block_size)
-
-    def features(self, molecules: Molecule | Sequence[Molecule]) -> AtomDescriptors:
+    def atom_descriptors(self, molecules: list[Molecule]) -> AtomDescriptors:
         """Normalised SOAP vectors of every atom (DScribe imported here)."""
         descriptors = require("dscribe.descriptors", "dscribe", "the SOAP baseline")
         from ase import Atoms
 
-        molecules = _as_list(molecules)
         for m in molecules:
             m.check_elements(self.elements)
         soap = descriptors.SOAP(
@@ -93,47 +73,38 @@ class DScribeSOAPKernel(LocalKernel):
         out = soap.create(atoms, n_jobs=self.n_jobs) if atoms else []
         parts = [np.asarray(o).reshape(-1, width) for o in (out if isinstance(out, list) else [out])]
         values = np.concatenate(parts) if parts else np.zeros((0, width))
-        return _bookkeeping(molecules, normalise(torch.from_numpy(values)).numpy())
+        return AtomDescriptors.from_molecules(molecules, normalise(torch.from_numpy(values)).numpy())
 
     def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor]:
         return (normalised_dot_power(x1, x2, self.zeta),)
 
-    def __call__(self, a: KernelInput, b: KernelInput | None = None) -> Tensor:
-        return self.kernels(a, b)[0]
-
 
 @dataclass(frozen=True)
-class FCHL19Kernel(LocalKernel):
+class FCHL19Kernel(MoleculeDescriptorKernel):
     """FCHL19 (qmllib) per atom, Gaussian kernel of width ``sigma``, element-resolved pair sum."""
 
     sigma: float = 2.0
     elements: tuple[int, ...] = QM9_ELEMENTS
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    pairing: str = "element"
-    reduce: str = "sum"
-    block_size: int = 1024
+    block_size: int = field(default=1024, kw_only=True)
     name: ClassVar[str] = "fchl19"
 
     def __post_init__(self) -> None:
-        check_options(self.pairing, self.reduce, self.block_size)
+        super().__post_init__()
         if not self.sigma > 0:
             raise ValueError(f"sigma must be > 0, got {self.sigma}")
 
-    def features(self, molecules: Molecule | Sequence[Molecule]) -> AtomDescriptors:
+    def atom_descriptors(self, molecules: list[Molecule]) -> AtomDescriptors:
         """FCHL19 vectors of every atom (qmllib imported here; one call per molecule)."""
         representations = require("qmllib.representations", "qmllib", "the FCHL19 baseline")
-        molecules = _as_list(molecules)
         for m in molecules:
             m.check_elements(self.elements)
         reps = [
             representations.generate_fchl19(m.numbers, m.positions, elements=list(self.elements), **dict(self.options))
             for m in molecules
         ]
-        return _bookkeeping(molecules, np.concatenate(reps) if reps else np.zeros((0, 0)))
+        return AtomDescriptors.from_molecules(molecules, np.concatenate(reps) if reps else np.zeros((0, 0)))
 
     def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor]:
         d = torch.cdist(x1, x1 if x2 is None else x2, compute_mode="donot_use_mm_for_euclid_dist")
         return (torch.exp(-(d * d) / (2 * self.sigma**2)),)
-
-    def __call__(self, a: KernelInput, b: KernelInput | None = None) -> Tensor:
-        return self.kernels(a, b)[0]

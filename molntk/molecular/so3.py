@@ -1,19 +1,21 @@
-"""Molecular kernels from atom-environment kernels (DESIGN §3).
+"""The molecular NNGP/NTK of an SO(3) environment network.
 
-Behler–Parrinello model E(M) = Σ_{a∈M} N_{Z_a}(env_a). Its NTK/NNGP is a sum over atom
-pairs of an environment kernel k (one SO(3) network per centre element by default):
+Behler–Parrinello model E(M) = Σ_{a∈M} N_{Z_a}(env_a): its NNGP/NTK is the atom-pair sum
+(:mod:`molntk.molecular.pair_sum`) of the environment kernel k of the SO(3) network
+(:class:`~molntk.kernels.so3.network.SO3Network`) on the environment feature maps
+(:mod:`molntk.features.environments`):
 
 - ``element`` (default): Θ(M, M') = Σ_{a∈M} Σ_{b∈M'} [Z_a = Z_b] k(env_a, env_b);
 - ``shared``:  one network for all elements, Θ(M, M') = Σ_a Σ_b k(env_a, env_b);
 - ``atom-index``: the published reference's unshared per-atom-index branches on a padded
-  layout (atom i pairs only with atom i; padding atoms have zero features and still
-  contribute, as in the reference): Θ(M, M') = Σ_i k(env_i(M), env_i(M')). Not permutation
-  invariant; for comparison only.
+  layout of :data:`~molntk.data.qm9.QM9_MAX_ATOMS` atoms (atom i pairs only with atom i;
+  padding atoms have zero features and still contribute, as in the reference):
+  Θ(M, M') = Σ_i k(env_i(M), env_i(M')). Not permutation invariant; for comparison only.
 
 ``reduce="mean"`` divides by n_atoms(M) · n_atoms(M') (intensive targets). Environment
 kernels are evaluated in blocks of at most ``block_size`` environments per side, so the
 memory of a call is bounded by the block size, not by the number of molecules; for a
-symmetric call (x2 omitted) on a mirrored grid (Discretisation.symmetric) only blocks on or above the
+symmetric call on a mirrored grid (Discretisation.symmetric) only blocks on or above the
 diagonal are computed. The per-environment part of the recursion (self-kernels, whose
 variances the nonlinearities need) is computed once per environment and call, and each
 block's cross kernels are evaluated in cache-sized tiles (:meth:`SO3Network.cross_kernel`).
@@ -21,45 +23,43 @@ block's cross kernels are evaluated in cache-sized tiles (:meth:`SO3Network.cros
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from molntk.features.environments import EnvironmentBatch, PaddedFeatures
+from molntk.data.qm9 import QM9_MAX_ATOMS
+from molntk.features.environments import EnvironmentBatch, FeatureConfig, PaddedFeatures, padded_features
 from molntk.kernels.so3.context import Discretisation
 from molntk.kernels.so3.network import SO3Network
+from molntk.molecular.pair_sum import PAIRINGS, atom_counts, check_options, pair_sum, reduce_pairs
+from molntk.molecular.protocol import KernelMatrices
+from molntk.molecular.sets import InducingSet, MoleculeSet, as_molecule_set
 
-PAIRINGS = ("element", "shared", "atom-index")
-REDUCTIONS = ("sum", "mean")
+#: Pairings of the SO(3) kernel: those of the pair sum and the reference's atom-index layout.
+SO3_PAIRINGS = (*PAIRINGS, "atom-index")
 
-
-@dataclass(frozen=True)
-class MoleculeKernels:
-    """NNGP and NTK between two sets of molecules, shape (M1, M2) each."""
-
-    nngp: Tensor
-    ntk: Tensor
+SO3Features = EnvironmentBatch | PaddedFeatures
 
 
 @dataclass
-class MolecularKernel:
-    """Molecular NNGP/NTK of an SO(3) environment network (see module docstring)."""
+class SO3MolecularKernel:
+    """Molecular NNGP/NTK of an SO(3) environment network on the feature maps ``features``
+    (see module docstring); a call returns ``{"nngp", "ntk"}``."""
 
     network: SO3Network
     ctx: Discretisation
     pairing: str = "element"
     reduce: str = "sum"
     block_size: int = 256
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    outputs: ClassVar[tuple[str, ...]] = ("nngp", "ntk")
 
     def __post_init__(self) -> None:
-        if self.pairing not in PAIRINGS:
-            raise ValueError(f"unknown pairing {self.pairing!r}; choose one of {PAIRINGS}")
-        if self.reduce not in REDUCTIONS:
-            raise ValueError(f"unknown reduction {self.reduce!r}; choose one of {REDUCTIONS}")
-        if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        check_options(self.pairing, self.reduce, self.block_size, SO3_PAIRINGS)
 
     @property
     def symmetric_grid(self) -> bool:
@@ -67,7 +67,66 @@ class MolecularKernel:
         mirrored (:attr:`~molntk.kernels.so3.context.Discretisation.symmetric`)."""
         return self.ctx.symmetric
 
+    # -- the protocol ----------------------------------------------------------------------
+
+    def describe(self, molecules: Any) -> SO3Features:
+        """Environment feature maps of ``molecules`` (padded for ``pairing="atom-index"``); a
+        plain list is featurized in float64 on the kernel's device."""
+        group = as_molecule_set(molecules, device=str(self.ctx.device))
+        if self.pairing != "atom-index":
+            return group.environments(self.features)
+        if isinstance(group, InducingSet):
+            raise TypeError("pairing='atom-index' has no single-environment kernel: no inducing environments")
+        return padded_features(group.molecules, self.features, n_atoms=QM9_MAX_ATOMS, dtype=group.dtype, device=group.device)
+
+    def on(self, device: str) -> SO3MolecularKernel:
+        """The same kernel with its discretisation rebuilt on ``device``."""
+        ctx = self.network.discretisation(self.ctx.grid, self.ctx.mode, self.ctx.dtype, device)
+        return dataclasses.replace(self, ctx=ctx)
+
+    def settings(self) -> dict[str, Any]:
+        """The network, grid, mode, dtype, pairing, reduction, block size and feature config."""
+        return {
+            "type": type(self).__name__,
+            "network": repr(self.network),
+            "grid": repr(self.ctx.grid),
+            "mode": self.ctx.mode,
+            "dtype": str(self.ctx.dtype),
+            "pairing": self.pairing,
+            "reduce": self.reduce,
+            "block_size": self.block_size,
+            "features": self.features.to_dict(),
+        }
+
+    def __call__(
+        self,
+        feats1: SO3Features | MoleculeSet | list,
+        feats2: SO3Features | MoleculeSet | list | None = None,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> KernelMatrices:
+        """NNGP and NTK (M1, M2) between feature maps (or molecules, described first)."""
+        f1 = feats1 if isinstance(feats1, (EnvironmentBatch, PaddedFeatures)) else self.describe(feats1)
+        f2 = feats2 if feats2 is None or isinstance(feats2, (EnvironmentBatch, PaddedFeatures)) else self.describe(feats2)
+        if self.pairing == "atom-index":
+            if not isinstance(f1, PaddedFeatures) or not (f2 is None or isinstance(f2, PaddedFeatures)):
+                raise TypeError("pairing='atom-index' needs padded_features(...) inputs")
+            kernels = self._atom_index(f1, f2, progress)
+            counts1 = f1.mask.sum(1)
+            counts2 = counts1 if f2 is None else f2.mask.sum(1)
+        else:
+            if not isinstance(f1, EnvironmentBatch) or not (f2 is None or isinstance(f2, EnvironmentBatch)):
+                raise TypeError(f"pairing={self.pairing!r} needs environment_features(...) inputs")
+            kernels = self._pair_sum(f1, f2, progress)
+            counts1 = atom_counts(f1)
+            counts2 = counts1 if f2 is None else atom_counts(f2)
+        nngp, ntk = reduce_pairs(kernels, counts1, counts2, self.reduce)
+        return KernelMatrices(nngp=nngp, ntk=ntk)
+
+    # -- environment kernels ---------------------------------------------------------------
+
     def env_kernel(self, x1: Tensor, x2: Tensor | None) -> tuple[Tensor, Tensor]:
+        """(NNGP, NTK) of the network between environment coefficient sets."""
         out = self.network.kernel(x1, x2, ctx=self.ctx, ntk=True)
         return out.nngp, out.ntk
 
@@ -78,72 +137,20 @@ class MolecularKernel:
         """Env kernels of x1 × x2 from their self-kernels (``symmetric``: x2 is x1)."""
         return self.network.cross_kernel(x1, x2, self1, self2, ctx=self.ctx, ntk=True, symmetric=symmetric)
 
-    def __call__(
-        self,
-        feats1: EnvironmentBatch | PaddedFeatures,
-        feats2: EnvironmentBatch | PaddedFeatures | None = None,
-        *,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> MoleculeKernels:
-        if self.pairing == "atom-index":
-            if not isinstance(feats1, PaddedFeatures) or not (feats2 is None or isinstance(feats2, PaddedFeatures)):
-                raise TypeError("pairing='atom-index' needs padded_features(...) inputs")
-            nngp, ntk = self._atom_index(feats1, feats2, progress)
-            counts1 = feats1.mask.sum(1)
-            counts2 = counts1 if feats2 is None else feats2.mask.sum(1)
-        else:
-            if not isinstance(feats1, EnvironmentBatch) or not (feats2 is None or isinstance(feats2, EnvironmentBatch)):
-                raise TypeError(f"pairing={self.pairing!r} needs environment_features(...) inputs")
-            nngp, ntk = self._pair_sum(feats1, feats2, progress)
-            counts1 = torch.bincount(feats1.molecule_index, minlength=feats1.n_molecules)
-            other = feats1 if feats2 is None else feats2
-            counts2 = torch.bincount(other.molecule_index, minlength=other.n_molecules)
-        if self.reduce == "mean":
-            norm = counts1[:, None].to(nngp.dtype) * counts2[None, :].to(nngp.dtype)
-            nngp, ntk = nngp / norm, ntk / norm
-        return MoleculeKernels(nngp=nngp, ntk=ntk)
-
-    def _groups(self, feats: EnvironmentBatch) -> dict[int, Tensor]:
-        if self.pairing == "shared":
-            return {0: torch.arange(feats.n_env, device=feats.coeffs.device)}
-        z = feats.centre_numbers
-        return {int(e): torch.nonzero(z == e).flatten() for e in torch.unique(z).tolist()}
-
-    def _pair_sum(self, f1: EnvironmentBatch, f2: EnvironmentBatch | None, progress) -> tuple[Tensor, Tensor]:
-        """Σ over same-group atom pairs, blockwise; self-kernels computed once per environment."""
-        same = f2 is None
-        f2 = f1 if same else f2
+    def _pair_sum(self, f1: EnvironmentBatch, f2: EnvironmentBatch | None, progress) -> tuple[Tensor, ...]:
+        """The pair sum; self-kernels computed once per environment, indexed per block."""
         dtype, device = self.ctx.dtype, self.ctx.device
-        nngp = torch.zeros(f1.n_molecules, f2.n_molecules, dtype=dtype, device=device)
-        ntk = torch.zeros_like(nngp)
         x1 = f1.coeffs.to(dtype=dtype, device=device)
-        x2 = x1 if same else f2.coeffs.to(dtype=dtype, device=device)
+        x2 = x1 if f2 is None else f2.coeffs.to(dtype=dtype, device=device)
         self1 = self._self_kernels(x1)
-        self2 = self1 if same else self._self_kernels(x2)
-        groups1, groups2 = self._groups(f1), self._groups(f2)
-        tasks = []
-        for key, idx1 in groups1.items():
-            idx2 = groups2.get(key)
-            if idx2 is None:
-                continue
-            blocks1 = idx1.split(self.block_size)
-            blocks2 = idx2.split(self.block_size)
-            for i, b1 in enumerate(blocks1):
-                for j, b2 in enumerate(blocks2):
-                    if same and self.symmetric_grid and j < i:
-                        continue
-                    tasks.append((b1, b2, same and i == j, same and self.symmetric_grid and j > i))
-        for done, (b1, b2, diagonal, mirrored) in enumerate(tasks):
-            m1, m2 = f1.molecule_index[b1].to(device), f2.molecule_index[b2].to(device)
-            b1, b2 = b1.to(device), b2.to(device)
-            k_nngp, k_ntk = self._cross(x1[b1], x2[b2], [s[b1] for s in self1], [s[b2] for s in self2], diagonal)
-            for target, k in ((nngp, k_nngp), (ntk, k_ntk)):
-                _scatter_block(target, k, m1, m2)
-                if mirrored:
-                    _scatter_block(target, k.T, m2, m1)
-            if progress is not None:
-                progress(done + 1, len(tasks))
-        return nngp, ntk
+        self2 = self1 if f2 is None else self._self_kernels(x2)
+
+        def block(i1: Tensor, i2: Tensor, diagonal: bool) -> tuple[Tensor, Tensor]:
+            i1, i2 = i1.to(device), i2.to(device)
+            return self._cross(x1[i1], x2[i2], [s[i1] for s in self1], [s[i2] for s in self2], diagonal)
+
+        return pair_sum(block, f1, f2, n_outputs=2, mirror=self.symmetric_grid, pairing=self.pairing,
+                        block_size=self.block_size, dtype=dtype, device=device, progress=progress)
 
     def _atom_index(self, f1: PaddedFeatures, f2: PaddedFeatures | None, progress) -> tuple[Tensor, Tensor]:
         """Σ_i k(env_i(M), env_i(M')) over the padded layout.
@@ -209,10 +216,3 @@ class MolecularKernel:
                 if same and self.symmetric_grid and j > i:
                     nngp[sb, sa], ntk[sb, sa] = k_nngp.T, k_ntk.T
         return nngp, ntk
-
-
-def _scatter_block(target: Tensor, k: Tensor, m1: Tensor, m2: Tensor) -> None:
-    """target[m1[i], m2[j]] += k[i, j] (sums atom-pair kernels into molecule pairs)."""
-    rows = torch.zeros(target.shape[0], k.shape[1], dtype=k.dtype, device=k.device)
-    rows.index_add_(0, m1, k)
-    target.index_add_(1, m2, rows)

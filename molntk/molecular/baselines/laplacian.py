@@ -15,17 +15,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from molntk.baselines.assembly import is_molecule_list
-from molntk.baselines.coulomb import BagOfBonds, CoulombMatrix
 from molntk.data.molecule import Molecule
+from molntk.molecular.baselines.coulomb import BagOfBonds, CoulombMatrix
+from molntk.molecular.descriptors import GlobalDescriptors
+from molntk.molecular.protocol import KernelMatrices, dataclass_settings
+from molntk.molecular.sets import InducingSet, MoleculeSet, as_molecule_set
 
-#: What a Laplacian kernel call takes: molecules or their descriptors (M, d).
-DescriptorInput = Molecule | Sequence[Molecule] | Tensor
+#: What a Laplacian kernel call takes: descriptors or molecules.
+DescriptorInput = GlobalDescriptors | MoleculeSet | Molecule | Sequence[Molecule]
 
 
 def l1_distances(x1: Tensor, x2: Tensor | None = None, block_size: int = 4096) -> Tensor:
@@ -54,11 +57,12 @@ def median_l1_width(x: Tensor, max_samples: int = 2000, seed: int = 0) -> float:
 class LaplacianKernel:
     """exp(−‖x − x'‖₁/σ) on a global descriptor (``CoulombMatrix()`` or ``BagOfBonds()``).
 
-    ``kern(a, b)`` → Tensor (M1, M2) for molecules or precomputed ``kern.features(...)``.
+    ``kern(a, b)`` → ``{"kernel"}`` (M1, M2) for molecules or :meth:`describe` output.
     """
 
     descriptor: CoulombMatrix | BagOfBonds
     sigma: float
+    outputs: ClassVar[tuple[str, ...]] = ("kernel",)
 
     def __post_init__(self) -> None:
         if not self.sigma > 0:
@@ -69,18 +73,25 @@ class LaplacianKernel:
         return f"{self.descriptor.name}-laplacian"
 
     @classmethod
-    def with_median_width(cls, descriptor: CoulombMatrix | BagOfBonds, molecules: Sequence[Molecule] | Tensor) -> LaplacianKernel:
-        """The kernel with σ = :func:`median_l1_width` of ``molecules`` (or their descriptors)."""
-        x = descriptor(molecules) if is_molecule_list(molecules) else molecules
-        return cls(descriptor, median_l1_width(x))
+    def with_median_width(cls, descriptor: CoulombMatrix | BagOfBonds, molecules: Sequence[Molecule]) -> LaplacianKernel:
+        """The kernel with σ = :func:`median_l1_width` of the descriptors of ``molecules``."""
+        return cls(descriptor, median_l1_width(descriptor(list(molecules))))
 
-    def features(self, molecules: Molecule | Sequence[Molecule]) -> Tensor:
+    def describe(self, molecules: MoleculeSet | InducingSet | Molecule | Sequence[Molecule]) -> GlobalDescriptors:
         """Descriptors (M, d), float64: compute once per molecule set, then pass to calls."""
-        return self.descriptor(molecules)
+        return GlobalDescriptors(self.descriptor(as_molecule_set(molecules).molecules))
 
-    def _as_features(self, x: DescriptorInput) -> Tensor:
-        return self.features(x) if is_molecule_list(x) else x
+    def on(self, device: str) -> LaplacianKernel:
+        """The kernel itself: it holds no device state."""
+        return self
 
-    def __call__(self, a: DescriptorInput, b: DescriptorInput | None = None) -> Tensor:
-        x1 = self._as_features(a)
-        return torch.exp(-l1_distances(x1, None if b is None else self._as_features(b)) / self.sigma)
+    def settings(self) -> dict[str, Any]:
+        return dataclass_settings(self)
+
+    def _descriptors(self, x: DescriptorInput) -> Tensor:
+        return (x if isinstance(x, GlobalDescriptors) else self.describe(x)).values
+
+    def __call__(self, a: DescriptorInput, b: DescriptorInput | None = None) -> KernelMatrices:
+        x1 = self._descriptors(a)
+        x2 = None if b is None else self._descriptors(b)
+        return KernelMatrices(kernel=torch.exp(-l1_distances(x1, x2) / self.sigma))

@@ -1,6 +1,6 @@
 """Rotation-augmented MLP NTK: the orbit average of the per-atom MLP kernel (DESIGN §5).
 
-Training the per-atom MLP of :mod:`molntk.baselines.mlp` on rotated copies of every
+Training the per-atom MLP of :mod:`molntk.molecular.baselines.mlp` on rotated copies of every
 environment gives, at infinite width, the orbit-averaged kernels
 
     K_aug(f, f') = Σ_k w_k K_MLP(f, ρ(R_k) f'),    Θ_aug(f, f') = Σ_k w_k Θ_MLP(f, ρ(R_k) f'),
@@ -38,11 +38,10 @@ import torch
 from e3nn import o3
 from torch import Tensor
 
-from molntk.baselines.assembly import check_options
-from molntk.baselines.mlp import FeatureMapNTK, MLPArchitecture
 from molntk.features.environments import FeatureConfig
 from molntk.kernels.so3.grids import SO3Grid
 from molntk.kernels.so3.wigner import float64_default, coeff_slices, flatten_blocks, wigner_slices
+from molntk.molecular.baselines.mlp import FeatureMapNTK, MLPArchitecture
 
 #: Most entries (atom pairs × rotations) of one first-layer kernel chunk (≈ 32 MiB in float64).
 _CHUNK_ENTRIES = 1 << 22
@@ -157,21 +156,15 @@ def _default_rotations() -> RotationSet:
 class AugmentedMLPNTK(FeatureMapNTK):
     """Molecular NNGP/NTK of per-atom MLPs trained on rotation-augmented environments.
 
-    Same interface as :class:`~molntk.baselines.mlp.MLPNTK`; ``rotations`` defaults to the
+    Same interface as :class:`~molntk.molecular.baselines.mlp.MLPNTK`; ``rotations`` defaults to the
     Gauss–Legendre grid of band limit 4 (256 rotations). Cost per atom pair: O(K·C·L²), one
     GEMM of the first inputs against the K rotated copies of the second (:meth:`RotationSet.rotate`).
     """
 
-    config: FeatureConfig = field(default_factory=FeatureConfig)
+    features: FeatureConfig = field(default_factory=FeatureConfig)
     architecture: MLPArchitecture = field(default_factory=MLPArchitecture)
     rotations: RotationSet = field(default_factory=_default_rotations)
-    pairing: str = "element"
-    reduce: str = "sum"
-    block_size: int = 256
     name: ClassVar[str] = "augmented-mlp-ntk"
-
-    def __post_init__(self) -> None:
-        check_options(self.pairing, self.reduce, self.block_size)
 
     @property
     def symmetric(self) -> bool:

@@ -1,0 +1,70 @@
+"""A molecular kernel on a molecule set as a block kernel of :mod:`molntk.scale`.
+
+:class:`BlockKernelOf` describes every molecule once (``kernel.describe``: neighbour
+lists, feature maps, descriptors), and a block K[rows, cols] is the kernel call on the
+descriptor subsets of its molecules (``select``), so per-molecule work is done once, not
+once per block; what is per pair of atoms or molecules stays in the kernel.
+
+Cache key: SHA-256 of the kernel's ``settings()`` (everything that defines its values
+except the device), the matrices kept, and the molecule set's fingerprint (its molecules
+in order, their features' dtype and, for an inducing set, the inducing rows). The device is
+not part of it: a block computed on a GPU is reused on the CPU (equal to rounding).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from molntk.data.molecule import Molecule
+from molntk.molecular.protocol import MolecularKernel
+from molntk.molecular.sets import InducingSet, MoleculeSet, as_molecule_set
+
+
+class BlockKernelOf:
+    """The block kernel of ``kernel`` over ``molecules`` (a list or a set): blocks are
+    ``{name: K_name[rows, cols]}`` for the names in ``outputs`` (default: all of
+    ``kernel.outputs``), float64 numpy."""
+
+    def __init__(
+        self,
+        kernel: MolecularKernel,
+        molecules: MoleculeSet | InducingSet | Sequence[Molecule],
+        *,
+        outputs: Sequence[str] | None = None,
+    ) -> None:
+        group = as_molecule_set(molecules)
+        if not len(group):
+            raise ValueError("BlockKernelOf needs at least one molecule")
+        self.outputs = tuple(kernel.outputs if outputs is None else outputs)
+        unknown = sorted(set(self.outputs) - set(kernel.outputs))
+        if unknown:
+            raise ValueError(f"{type(kernel).__name__} has no matrices {unknown}; it gives {kernel.outputs}")
+        self.kernel = kernel
+        self.descriptors = kernel.describe(molecules)
+        self.n_molecules = len(group)
+        material = {"kernel": kernel.settings(), "outputs": self.outputs, "molecules": group.fingerprint()}
+        self._key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
+
+    def cache_key(self) -> str:
+        """Content hash of the kernel's settings, the matrices kept and the molecule set."""
+        return self._key
+
+    def compute_block(self, rows: np.ndarray, cols: np.ndarray | None) -> dict[str, np.ndarray]:
+        """K[rows, cols] of every kept matrix; ``cols=None``: the symmetric call on rows."""
+        a = self.descriptors.select(rows)
+        with torch.no_grad():
+            result = self.kernel(a) if cols is None else self.kernel(a, self.descriptors.select(cols))
+        return {name: result[name].detach().to(device="cpu", dtype=torch.float64).numpy() for name in self.outputs}
+
+    def on(self, device: str) -> BlockKernelOf:
+        """A copy computing on ``device`` (kernel and descriptors moved); the cache key is unchanged."""
+        moved = copy.copy(self)
+        moved.kernel = self.kernel.on(device)
+        moved.descriptors = self.descriptors.to(device)
+        return moved

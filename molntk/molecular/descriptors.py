@@ -1,0 +1,75 @@
+"""Descriptors of the baselines: one vector per atom (:class:`AtomDescriptors`, for the
+atom-pair sums) or one per molecule (:class:`GlobalDescriptors`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from molntk.data.molecule import Molecule
+from molntk.features.environments import EnvironmentBatch, molecule_rows
+
+
+@dataclass(frozen=True, eq=False)
+class AtomDescriptors:
+    """One descriptor per atom of a list of molecules.
+
+    ``values`` (n_atoms_total, ...): the descriptor of each atom, atoms ordered by molecule;
+    ``centre_numbers`` (n_atoms_total,): Z of the atom; ``molecule_index``
+    (n_atoms_total,): position of its molecule in the list; ``n_molecules``: length of the list.
+    """
+
+    values: Tensor
+    centre_numbers: Tensor
+    molecule_index: Tensor
+    n_molecules: int
+
+    @classmethod
+    def from_batch(cls, batch: EnvironmentBatch, values: Tensor | None = None) -> AtomDescriptors:
+        """Descriptors with the atom bookkeeping of ``batch`` (values default: its coefficients)."""
+        values = batch.coeffs if values is None else values
+        return cls(values, batch.centre_numbers, batch.molecule_index, batch.n_molecules)
+
+    @classmethod
+    def from_molecules(cls, molecules: Sequence[Molecule], values: np.ndarray) -> AtomDescriptors:
+        """Per-atom ``values`` (n_atoms_total, d) of ``molecules`` (atoms in molecule order), float64."""
+        n_atoms = [m.n_atoms for m in molecules]
+        numbers = np.concatenate([m.numbers for m in molecules]) if molecules else np.zeros(0, np.int64)
+        return cls(
+            values=torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64)),
+            centre_numbers=torch.from_numpy(numbers),
+            molecule_index=torch.from_numpy(np.repeat(np.arange(len(molecules)), n_atoms)),
+            n_molecules=len(molecules),
+        )
+
+    def select(self, indices: Sequence[int] | np.ndarray | Tensor) -> AtomDescriptors:
+        """The descriptors of molecules ``indices`` (in that order, repeats allowed)."""
+        rows, new_index = molecule_rows(self.molecule_index, self.n_molecules, indices)
+        return AtomDescriptors(self.values[rows], self.centre_numbers[rows], new_index, len(indices))
+
+    def to(self, device: str) -> AtomDescriptors:
+        """The same descriptors with every tensor on ``device``."""
+        return AtomDescriptors(self.values.to(device), self.centre_numbers.to(device), self.molecule_index.to(device), self.n_molecules)
+
+
+@dataclass(frozen=True, eq=False)
+class GlobalDescriptors:
+    """One descriptor per molecule: ``values`` (n_molecules, d)."""
+
+    values: Tensor
+
+    @property
+    def n_molecules(self) -> int:
+        return int(self.values.shape[0])
+
+    def select(self, indices: Sequence[int] | np.ndarray | Tensor) -> GlobalDescriptors:
+        """The descriptors of molecules ``indices`` (in that order, repeats allowed)."""
+        return GlobalDescriptors(self.values[torch.as_tensor(indices, device=self.values.device)])
+
+    def to(self, device: str) -> GlobalDescriptors:
+        """The same descriptors on ``device``."""
+        return GlobalDescriptors(self.values.to(device))

@@ -1,0 +1,94 @@
+"""Molecule sets: molecules with their environment feature maps, computed once per
+:class:`~molntk.features.environments.FeatureConfig`, so that every kernel built on the same
+feature maps shares them; and inducing sets of sparse models."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from molntk.data.molecule import Molecule
+from molntk.features.environments import EnvironmentBatch, FeatureConfig, environment_features
+from molntk.features.inducing import concatenate, environments_as_molecules
+
+
+def molecule_fingerprint(molecules: Sequence[Molecule]) -> str:
+    """SHA-256 over (n_atoms, numbers as int64, positions as float64) of every molecule, in order."""
+    h = hashlib.sha256(str(len(molecules)).encode())
+    for m in molecules:
+        h.update(np.int64(m.n_atoms).tobytes())
+        h.update(np.ascontiguousarray(m.numbers, dtype=np.int64).tobytes())
+        h.update(np.ascontiguousarray(m.positions, dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+@dataclass
+class MoleculeSet:
+    """A list of molecules with their environment feature maps (in ``dtype`` on ``device``),
+    computed on first use per feature config."""
+
+    molecules: list[Molecule]
+    dtype: torch.dtype = torch.float64
+    device: str = "cpu"
+    _environments: dict[FeatureConfig, EnvironmentBatch] = field(default_factory=dict, repr=False)
+
+    def environments(self, config: FeatureConfig) -> EnvironmentBatch:
+        """The environment feature maps of every molecule under ``config``."""
+        if config not in self._environments:
+            self._environments[config] = environment_features(self.molecules, config, dtype=self.dtype, device=self.device)
+        return self._environments[config]
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the molecules (:func:`molecule_fingerprint`) and the features' dtype (not the device)."""
+        return hashlib.sha256(f"{molecule_fingerprint(self.molecules)} {self.dtype}".encode()).hexdigest()
+
+    def __len__(self) -> int:
+        return len(self.molecules)
+
+
+@dataclass
+class InducingSet:
+    """The inducing environments ``rows`` of ``molecules`` (each a molecule of its own,
+    :func:`~molntk.features.inducing.environments_as_molecules`) followed by the set's
+    molecules: a molecular kernel on it holds Θ(inducing, inducing) and Θ(molecule,
+    inducing) of a sparse model. Only kernels that describe molecules by their environment
+    feature maps (``environments``) can use it."""
+
+    base: MoleculeSet
+    rows: torch.Tensor
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.base.dtype
+
+    @property
+    def device(self) -> str:
+        return self.base.device
+
+    @property
+    def molecules(self) -> list[Molecule]:
+        raise TypeError("a sparse model needs a kernel over atom environments; this one describes whole molecules")
+
+    def environments(self, config: FeatureConfig) -> EnvironmentBatch:
+        """Feature maps of the inducing environments (one molecule each), then of the set's molecules."""
+        feats = self.base.environments(config)
+        return concatenate(environments_as_molecules(feats, self.rows), feats)
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the set's fingerprint and the inducing rows."""
+        rows = np.ascontiguousarray(self.rows.cpu().numpy(), dtype=np.int64)
+        return hashlib.sha256(self.base.fingerprint().encode() + rows.tobytes()).hexdigest()
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.base)
+
+
+def as_molecule_set(molecules: Molecule | Sequence[Molecule] | MoleculeSet | InducingSet, device: str = "cpu") -> MoleculeSet | InducingSet:
+    """A set as it is; a molecule or a list of them as a float64 :class:`MoleculeSet` on ``device``."""
+    if isinstance(molecules, (MoleculeSet, InducingSet)):
+        return molecules
+    return MoleculeSet([molecules] if isinstance(molecules, Molecule) else list(molecules), device=device)

@@ -14,10 +14,10 @@ from typer.testing import CliRunner, Result
 
 import molntk
 from molntk.cli import app
-from molntk.cli.run import RUNNERS
-from molntk.config import TASK_MODELS
+from molntk.cli.show import SHOW
 from molntk.data.qm9 import QM9
 from molntk.errors import CacheError
+from molntk.pipelines.tasks import TASKS
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "qm9_summary.yaml")
 TARGET_STATS = {"unit", "count", "mean", "std", "min", "max"}
@@ -255,8 +255,8 @@ def test_config_validate_reports_every_file(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- run
 
 
-def test_every_task_has_a_runner() -> None:
-    assert set(RUNNERS) == set(TASK_MODELS)
+def test_every_task_has_a_show_function() -> None:
+    assert set(SHOW) == set(TASKS)
 
 
 def test_run_qm9_summary_json(qm9: QM9) -> None:

@@ -45,9 +45,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from molntk.config import ConfigProblem, ConfigValidationError, QM9DataConfig, QM9PropertyConfig
+from molntk.config import ConfigProblem, ConfigValidationError
 from molntk.data.molecule import Molecule
 from molntk.pipelines.molecule_kernels import MoleculeBlockKernel, MoleculeGroup, MoleculeKernel
+from molntk.pipelines.qm9_config import QM9DataConfig, QM9PropertyConfig
 
 if TYPE_CHECKING:
     from molntk.data.qm9 import QM9

@@ -41,7 +41,6 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from molntk.errors import ConfigError
-from molntk.scale.progress import Progress
 
 # ---------------------------------------------------------------------------------------
 # Schema
@@ -400,8 +399,9 @@ def _blame(loc: Sequence[str | int], overrides: Sequence[Override], source: str)
 # ---------------------------------------------------------------------------------------
 
 #: ``run(config, source, progress=None)``: perform a task; ``source`` names the configuration
-#: in error messages; returns the result as JSON-serialisable data.
-RunTask = Callable[[Any, str, Progress | None], dict[str, Any]]
+#: in error messages, ``progress`` is a :class:`molntk.scale.progress.Progress`; returns the
+#: result as JSON-serialisable data.
+RunTask = Callable[..., dict[str, Any]]
 
 
 @dataclass(frozen=True)

@@ -289,3 +289,17 @@ def test_override_and_file_problems_are_reported_together(workdir: Path) -> None
 def test_override_can_fix_the_task(workdir: Path) -> None:
     config = TASKS.load(write("task: qm9-sumary\n"), ["task=qm9-summary"])
     assert config.task == "qm9-summary"
+
+
+# ----------------------------------------------------------------------------- task registry
+
+
+def test_task_names_come_from_the_schemas_and_are_unique() -> None:
+    from molntk.config import Task, TaskRegistry
+
+    assert list(TASKS) == ["qm9-summary", "image-classification", "qm9-property"]
+    assert all(task.name == name for name, task in TASKS.items())
+    summary = TASKS["qm9-summary"]
+    assert summary.name == "qm9-summary" and summary.schema is QM9SummaryConfig
+    with pytest.raises(ValueError, match="'qm9-summary' is registered twice"):
+        TaskRegistry([summary, Task(QM9SummaryConfig, summary.run)])

@@ -58,6 +58,9 @@ def job_progress() -> Iterator[Progress]:
     """A job's progress on stderr for a ``with`` block: a transient bar per label on a
     terminal (label, bar, blocks done, elapsed, remaining), else :class:`ProgressLines`."""
     console = stderr()
+    if not console.is_terminal:
+        yield ProgressLines(console.print)
+        return
     columns = (TextColumn("{task.description:<18}"), BarColumn(), TextColumn("{task.completed}/{task.total} blocks"),
                TimeElapsedColumn(), TimeRemainingColumn())
     with RichProgress(*columns, console=console, transient=True) as bar:
@@ -68,7 +71,7 @@ def job_progress() -> Iterator[Progress]:
                 tasks[label] = bar.add_task(label, total=total)
             bar.update(tasks[label], completed=done)
 
-        yield draw if console.is_terminal else ProgressLines(console.print)
+        yield draw
 
 
 @contextmanager

@@ -32,8 +32,9 @@ from pathlib import Path
 
 import torch
 
-from molntk.config import load_config
+from molntk.cli.progress import job_progress
 from molntk.pipelines.qm9_report import run_and_write
+from molntk.pipelines.tasks import TASKS
 from molntk.utils.files import atomic_write_text
 
 RESULTS = Path(__file__).parent / "results" / "full_qm9.json"
@@ -50,11 +51,12 @@ def device_name() -> str:
 
 def run(config_path: str, overrides: list[str], output: Path) -> dict:
     """One run of the pipeline; its timings, memory and records."""
-    config = load_config(config_path, [*overrides, f"output={output}"])
+    config = TASKS.load(config_path, [*overrides, f"output={output}"])
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
-    result = run_and_write(config, config_path)
+    with job_progress() as progress:
+        result = run_and_write(config, config_path, progress)
     wall = time.perf_counter() - start
     return {
         "config": config_path,

@@ -35,8 +35,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from molntk.config import SparseConfig, load_config
 from molntk.data.qm9 import QM9_ELEMENTS, load_qm9
+from molntk.pipelines.qm9_config import SparseConfig
+from molntk.pipelines.tasks import TASKS
 from molntk.data.splits import standard_split
 from molntk.features.environments import environment_features
 from molntk.features.inducing import environments_as_molecules, inducing_environments
@@ -70,7 +71,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sparse_inducing.json"))
     args = parser.parse_args()
 
-    config = load_config(str(ROOT / "configs" / "qm9_u0.yaml"), ())
+    config = TASKS.load(str(ROOT / "configs" / "qm9_u0.yaml"), ())
     features = config.features.feature_config()
     psd_rtol = config.regression.psd_rtol
     qm9 = load_qm9()

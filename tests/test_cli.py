@@ -14,10 +14,10 @@ from typer.testing import CliRunner, Result
 
 import molntk
 from molntk.cli import app
-from molntk.cli.run import RUNNERS
-from molntk.config import TASK_MODELS
+from molntk.cli.show import SHOW
 from molntk.data.qm9 import QM9
 from molntk.errors import CacheError
+from molntk.pipelines.tasks import TASKS
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "qm9_summary.yaml")
 TARGET_STATS = {"unit", "count", "mean", "std", "min", "max"}
@@ -255,8 +255,8 @@ def test_config_validate_reports_every_file(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- run
 
 
-def test_every_task_has_a_runner() -> None:
-    assert set(RUNNERS) == set(TASK_MODELS)
+def test_every_task_has_a_show_function() -> None:
+    assert set(SHOW) == set(TASKS)
 
 
 def test_run_qm9_summary_json(qm9: QM9) -> None:
@@ -347,3 +347,26 @@ def test_subprocess_config_error_exit_code(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == "error: --set data.seed=abc: data.seed: expected an integer, got 'abc'"
     assert done.stdout == ""
+
+
+def test_progress_lines_report_first_last_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain progress lines: the first block, then at most one per ``every`` seconds, and the
+    last; the ETA is (total − done) / rate at the label's mean rate since its first report."""
+    from molntk.cli import progress as progress_module
+    from molntk.cli.progress import ProgressLines
+
+    clock = iter([0.0, 0.0, 10.0, 20.0, 40.0])
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: next(clock))
+    lines: list[str] = []
+    report = ProgressLines(lines.append, every=30.0)
+    report("k", 1, 5)  # t = 0: first line
+    report("k", 2, 5)  # t = 10: within 30 s of the last line, skipped
+    report("k", 3, 5)  # t = 20: skipped
+    report("k", 5, 5)  # t = 40: done, always written
+    assert lines == ["k: 1/5 blocks, 0 s (0 s into the job)", "k: 5/5 blocks, 40 s (40 s into the job)"]
+    clock = iter([0.0, 0.0, 40.0])
+    lines.clear()
+    report = ProgressLines(lines.append, every=30.0)
+    report("k", 1, 5)
+    report("k", 3, 5)  # 2 blocks in 40 s: 2 left take 40 s
+    assert lines[-1] == "k: 3/5 blocks, 40 s (40 s into the job), ETA 40 s"

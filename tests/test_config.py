@@ -8,14 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from molntk.config import (
-    TASK_MODELS,
-    ConfigValidationError,
-    QM9SummaryConfig,
-    apply_overrides,
-    load_config,
-    validate_config,
-)
+from molntk.config import ConfigValidationError, apply_overrides
+from molntk.pipelines.qm9_summary import QM9SummaryConfig
+from molntk.pipelines.tasks import TASKS
 from molntk.errors import ConfigError, MolntkError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -47,7 +42,7 @@ def write(text: str, name: str = "x.yaml") -> str:
 def problems(path: str, overrides: list[str] | None = None) -> list[str]:
     """The message lines of the error that loading ``path`` raises."""
     with pytest.raises(ConfigValidationError) as info:
-        load_config(path, overrides or [])
+        TASKS.load(path, overrides or [])
     lines = str(info.value).splitlines()
     assert lines == [str(p) for p in info.value.problems]
     return lines
@@ -58,13 +53,13 @@ def problems(path: str, overrides: list[str] | None = None) -> list[str]:
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_are_valid(path: Path) -> None:
-    config = load_config(path)
+    config = TASKS.load(path)
     assert config.name == path.stem
-    assert config.task in TASK_MODELS
+    assert config.task in TASKS
 
 
 def test_qm9_summary_config_defaults() -> None:
-    config = load_config(CONFIGS / "qm9_summary.yaml")
+    config = TASKS.load(CONFIGS / "qm9_summary.yaml")
     assert isinstance(config, QM9SummaryConfig)
     assert config.to_dict() == {
         "name": "qm9_summary",
@@ -80,26 +75,26 @@ def test_qm9_summary_config_defaults() -> None:
 
 
 def test_valid_config_loads(workdir: Path) -> None:
-    config = load_config(write(VALID))
+    config = TASKS.load(write(VALID))
     assert config.name == "x"
     assert config.data.seed == 3
     assert (config.data.split.n_train, config.data.split.n_valid) == (1000, 100)
 
 
 def test_minimal_config_gets_defaults(workdir: Path) -> None:
-    config = load_config(write("task: qm9-summary\nname: my-run\n"))
+    config = TASKS.load(write("task: qm9-summary\nname: my-run\n"))
     assert config.name == "my-run"
     assert config.data.source == "qm9pack"
     assert config.data.split.n_train == 110_000
 
 
 def test_resolved_config_dumps_to_json_and_yaml_round_trip(workdir: Path) -> None:
-    config = load_config(write(VALID), ["data.source=torch-geometric", "data.root=~/pyg-qm9", "data.cache_dir=cache"])
+    config = TASKS.load(write(VALID), ["data.source=torch-geometric", "data.root=~/pyg-qm9", "data.cache_dir=cache"])
     as_dict = config.to_dict()
     assert json.loads(json.dumps(as_dict)) == as_dict
     assert as_dict["data"]["root"] == str(Path("~/pyg-qm9").expanduser())
     assert as_dict["data"]["cache_dir"] == "cache"
-    assert validate_config(yaml.safe_load(config.to_yaml())) == config
+    assert TASKS.validate(yaml.safe_load(config.to_yaml())) == config
 
 
 def test_config_error_types() -> None:
@@ -205,7 +200,7 @@ def test_empty_file_and_top_level_list(workdir: Path) -> None:
 
 
 def test_missing_and_unknown_task(workdir: Path) -> None:
-    known = ", ".join(TASK_MODELS)  # every registered task, in registration order
+    known = ", ".join(TASKS)  # every registered task, in registration order
     assert problems(write("data: {}\n")) == [f"x.yaml: task: missing required key (known tasks: {known})"]
     assert problems(write("task: qm9-sumary\n")) == [
         "x.yaml: task: unknown task 'qm9-sumary' (did you mean 'qm9-summary'?)"
@@ -217,14 +212,14 @@ def test_missing_and_unknown_task(workdir: Path) -> None:
 
 
 def test_nested_overrides(workdir: Path) -> None:
-    config = load_config(write(VALID), ["data.split.n_train=500", "data.seed=7", "name=run-7"])
+    config = TASKS.load(write(VALID), ["data.split.n_train=500", "data.seed=7", "name=run-7"])
     assert (config.data.split.n_train, config.data.split.n_valid) == (500, 100)
     assert config.data.seed == 7
     assert config.name == "run-7"
 
 
 def test_override_creates_missing_sections(workdir: Path) -> None:
-    config = load_config(write("task: qm9-summary\n"), ["data.split.n_valid=42"])
+    config = TASKS.load(write("task: qm9-summary\n"), ["data.split.n_valid=42"])
     assert config.data.split.n_valid == 42
 
 
@@ -292,5 +287,19 @@ def test_override_and_file_problems_are_reported_together(workdir: Path) -> None
 
 
 def test_override_can_fix_the_task(workdir: Path) -> None:
-    config = load_config(write("task: qm9-sumary\n"), ["task=qm9-summary"])
+    config = TASKS.load(write("task: qm9-sumary\n"), ["task=qm9-summary"])
     assert config.task == "qm9-summary"
+
+
+# ----------------------------------------------------------------------------- task registry
+
+
+def test_task_names_come_from_the_schemas_and_are_unique() -> None:
+    from molntk.config import Task, TaskRegistry
+
+    assert list(TASKS) == ["qm9-summary", "image-classification", "qm9-property"]
+    assert all(task.name == name for name, task in TASKS.items())
+    summary = TASKS["qm9-summary"]
+    assert summary.name == "qm9-summary" and summary.schema is QM9SummaryConfig
+    with pytest.raises(ValueError, match="'qm9-summary' is registered twice"):
+        TaskRegistry([summary, Task(QM9SummaryConfig, summary.run)])

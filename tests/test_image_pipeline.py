@@ -20,18 +20,14 @@ import yaml
 from typer.testing import CliRunner
 
 from molntk.cli import app
-from molntk.config import ImageClassificationConfig, validate_config
+from molntk.cli.output import print_results_table
 from molntk.data.images import NCT_CLASSES
 from molntk.pipelines.classification import confusion_matrix, fit_predict, one_hot, orbit_same_predictions
 from molntk.pipelines.image_data import load_image_split
 from molntk.pipelines.images import build_model, model_kernels, orbit_images, run_image_classification
-from molntk.pipelines.report import (
-    output_dir,
-    plot_learning_curve,
-    print_results_table,
-    write_metrics_csv,
-    write_report,
-)
+from molntk.pipelines.images_config import ImageClassificationConfig
+from molntk.pipelines.report import output_dir, plot_learning_curve, write_metrics_csv, write_report
+from molntk.pipelines.tasks import TASKS
 
 PNG = b"\x89PNG\r\n\x1a\n"
 #: Small kernels: one torch thread is faster (see conftest.one_thread).
@@ -45,7 +41,7 @@ RECORD_KEYS = {
 def image_config(tmp_path: Path, name: str = "tiny", **sections) -> ImageClassificationConfig:
     """An image-classification config writing into tmp_path/out (sections override the defaults)."""
     data = {"task": "image-classification", "name": name, "output": str(tmp_path / "out"), **sections}
-    return validate_config(data)  # type: ignore[return-value]
+    return TASKS.validate(data)  # type: ignore[return-value]
 
 
 # ----------------------------------------------------------------------------------- report.py
@@ -188,7 +184,7 @@ def test_augmented_cnn_predicts_like_gcnn(tmp_path):
     x_eval = torch.cat([torch.as_tensor(split.x_test), orbit_images(torch.as_tensor(split.x_test[:4]), 4)])
     kernels = {
         model: model_kernels(
-            build_model(model, config.network), x_train, x_eval, block=16, memory_mb=256, advance=lambda pairs: None
+            build_model(model, config.network), x_train, x_eval, block=16, memory_mb=256
         )
         for model in ("gcnn", "augmented-cnn")
     }

@@ -16,7 +16,7 @@ import torch
 from typer.testing import CliRunner
 
 from molntk.cli.main import app
-from molntk.config import ConfigValidationError, load_config
+from molntk.config import ConfigValidationError
 from molntk.data.qm9 import QM9_ELEMENTS
 from molntk.data.splits import standard_split
 from molntk.errors import InputError
@@ -25,6 +25,7 @@ from molntk.kernels.so3.spec import describe_architecture, parse_architecture
 from molntk.kernels.so3.wigner import coeff_slices
 from molntk.molecular import BlockKernelOf, MoleculeSet
 from molntk.molecular.baselines import MLPNTK, AugmentedMLPNTK, MLPArchitecture, PowerSpectrumKernel, RotationSet, wigner_table
+from molntk.pipelines.tasks import TASKS
 from molntk.regression import element_counts
 from molntk.regression.so3_regressor import SO3NTKRegressor
 
@@ -86,7 +87,7 @@ def test_config_problems_name_their_keys(tmp_path):
         "models: {so3_ntk: {candidates: [{layers: 'lift:3 tanh pool dense'}]}}\n"
     )
     with pytest.raises(ConfigValidationError) as info:
-        load_config(str(path), ())
+        TASKS.load(str(path), ())
     text = str(info.value)
     assert "targets: unknown QM9 target 'u0_atm'" in text and "u0_atom" in text
     assert "learning_curve.n_select: 30 exceeds the largest n_train 20" in text
@@ -450,8 +451,8 @@ def test_eigh_max_applies_to_the_exact_sizes_only(tmp_path):
     config.write_text(SMALL)
     sparse = ["sparse.models=[so3_ntk]", "sparse.environments=20"]
     with pytest.raises(ConfigValidationError, match="below the smallest n_train 10"):
-        load_config(str(config), ["regression.eigh_max=5", *sparse, "sparse.exact_up_to=10"])
-    assert load_config(str(config), ["regression.eigh_max=5", *sparse, "sparse.exact_up_to=5"]).regression.eigh_max == 5
+        TASKS.load(str(config), ["regression.eigh_max=5", *sparse, "sparse.exact_up_to=10"])
+    assert TASKS.load(str(config), ["regression.eigh_max=5", *sparse, "sparse.exact_up_to=5"]).regression.eigh_max == 5
 
 
 def test_block_kernel_on_two_devices_equals_serial(qm9, tmp_path, one_thread):
@@ -465,7 +466,7 @@ def test_block_kernel_on_two_devices_equals_serial(qm9, tmp_path, one_thread):
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY)
     molecules = qm9.molecules(list(range(14)))
-    candidates = build_candidates(load_config(str(path), []), "sum", molecules)
+    candidates = build_candidates(TASKS.load(str(path), []), "sum", molecules)
     group = MoleculeSet(molecules)
     for name in ("so3-ntk", "power-spectrum"):
         kernel = BlockKernelOf(candidates[name][0].kernel, group, outputs=(candidates[name][0].matrix,))
@@ -479,12 +480,12 @@ def test_compute_section_is_validated(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(SMALL)
     with pytest.raises(ConfigValidationError, match="exactly one of 'workers'"):
-        load_config(str(config), ["compute.executor=dask"])
+        TASKS.load(str(config), ["compute.executor=dask"])
     with pytest.raises(ConfigValidationError, match="only used with executor 'dask'"):
-        load_config(str(config), ["compute.workers=2"])
+        TASKS.load(str(config), ["compute.workers=2"])
     with pytest.raises(ConfigValidationError, match="below the smallest n_train 10"):
-        load_config(str(config), ["regression.eigh_max=5"])
-    assert load_config(str(config), ["compute.executor=dask", "compute.scheduler=tcp://127.0.0.1:8786"]).compute.scheduler
+        TASKS.load(str(config), ["regression.eigh_max=5"])
+    assert TASKS.load(str(config), ["compute.executor=dask", "compute.scheduler=tcp://127.0.0.1:8786"]).compute.scheduler
 
 
 def test_several_targets_share_kernels_by_reduction(tmp_path):

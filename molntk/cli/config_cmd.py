@@ -1,4 +1,5 @@
-"""``molntk config``: show or validate YAML configuration files (see :mod:`molntk.config`)."""
+"""``molntk config``: show or validate YAML configuration files (see :mod:`molntk.config`,
+the tasks in :mod:`molntk.pipelines.tasks`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import typer
 from rich.text import Text
 
 from molntk.cli.output import print_error, stdout
-from molntk.config import ConfigValidationError, load_config
+from molntk.config import ConfigValidationError
+from molntk.pipelines.tasks import TASKS
 
 app = typer.Typer(help="Show and validate YAML configuration files.", no_args_is_help=True)
 
@@ -33,7 +35,7 @@ def show(
     overrides: SetOption = None,
 ) -> None:
     """Print the resolved, validated configuration (defaults filled in, overrides applied) as YAML."""
-    typer.echo(load_config(config, overrides or ()).to_yaml(), nl=False)
+    typer.echo(TASKS.load(config, overrides or ()).to_yaml(), nl=False)
 
 
 @app.command("validate")
@@ -45,7 +47,7 @@ def validate(
     invalid = False
     for path in configs:
         try:
-            config = load_config(path, overrides or ())
+            config = TASKS.load(path, overrides or ())
         except ConfigValidationError as error:
             print_error(str(error))
             invalid = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import typer
@@ -103,3 +103,15 @@ def print_read_result(result: Mapping[str, Any]) -> None:
             table.add_row(*cells(where, failure["problem"]))
         console.print(table)
     console.print(Text(f"{result['n_molecules']} molecule(s) read, {result['n_failures']} failed"))
+
+
+def print_results_table(records: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str, str]], title: str) -> None:
+    """Print the records as a rich table on stdout; ``columns`` are (key, header, format spec),
+    e.g. ``("accuracy", "acc", ".3f")``. A missing or None value shows as ``-``."""
+    table = Table(title=title)
+    for i, (_, header, _) in enumerate(columns):
+        table.add_column(header, justify="left" if i == 0 else "right")
+    for record in records:
+        values = [record.get(key) for key, _, _ in columns]
+        table.add_row(*cells(*("-" if v is None else format(v, spec) for v, (_, _, spec) in zip(values, columns))))
+    stdout().print(table)

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from molntk.config import ConfigProblem, ConfigValidationError, ImageDataConfig
+from molntk.config import ConfigProblem, ConfigValidationError
 from molntk.data.images import ImageSet, load_digits_rotated, load_nct_crc_he, load_pathmnist_npz, normalise_channels
+from molntk.pipelines.images_config import ImageDataConfig
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,8 +6,9 @@ training sets of each size in ``n_train`` and the same test set. Per model:
 1. kernels, once, at the largest training set: the NTK Θ(X, X) and Θ(X_eval, X), where
    X_eval is the test set followed by ρ(g) x for g = 1..n−1 of its first ``n_orbit``
    images (ρ(g): rotation by 2πg/n, :func:`~molntk.kernels.cn.rotate_images`; exact
-   ``rot90`` for quarter turns, bilinear with zero fill otherwise), in blocks of
-   ``compute.block`` images with a progress bar;
+   ``rot90`` for quarter turns, bilinear with zero fill otherwise), in blocks of at most
+   ``compute.block`` images by the block engine of :mod:`molntk.scale` (on every visible
+   GPU when ``compute.device`` resolves to CUDA), reporting each block to ``progress``;
 2. per training size m: one-hot NTK regression on the first m training images, λ by
    cross-validation on them only (:mod:`molntk.pipelines.classification`), predicted
    labels of X_eval.
@@ -36,41 +37,23 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from molntk.config import ImageClassificationConfig, ImageNetworkConfig
 from molntk.kernels.cn import Augmented, CnNetwork, augmented, cnn_flatten, cnn_gap, gcnn, mlp, rotate_images
 from molntk.pipelines.classification import confusion_matrix, fit_predict, orbit_same_predictions, plot_confusion
 from molntk.pipelines.image_data import load_image_split
-from molntk.pipelines.report import (
-    output_dir,
-    plot_learning_curve,
-    print_results_table,
-    write_metrics_csv,
-    write_report,
-)
+from molntk.pipelines.images_config import ImageClassificationConfig, ImageNetworkConfig
+from molntk.pipelines.report import output_dir, plot_learning_curve, write_metrics_csv, write_report
+from molntk.scale.devices import resolve_device, torch_threads
+from molntk.scale.engine import kernel_matrices
+from molntk.scale.executors import Executor, open_executor
+from molntk.scale.progress import Progress, ProgressCallback, labelled
 
 Kernel = CnNetwork | Augmented
-
-#: Columns of the terminal table: (record key, header, format).
-TABLE_COLUMNS = [
-    ("model", "model", ""),
-    ("n_train", "n_train", "d"),
-    ("accuracy", "accuracy", ".3f"),
-    ("orbit_same_predictions", "orbit same", ".2f"),
-    ("n_rotations", "of n", "d"),
-    ("orbit_accuracy", "orbit acc.", ".3f"),
-    ("reg_relative", "λ/mean diag", ".0e"),
-    ("kernel_seconds", "kernel s", ".1f"),
-    ("fit_seconds", "fit s", ".3f"),
-    ("predict_seconds", "predict s", ".4f"),
-]
 
 
 def model_name(model: str, n: int) -> str:
@@ -99,8 +82,31 @@ def orbit_images(x: torch.Tensor, n: int) -> torch.Tensor:
     return torch.cat([rotate_images(x, 2 * math.pi * g / n) for g in range(1, n)]) if n > 1 else x[:0]
 
 
-def _blocks(n: int, size: int) -> list[slice]:
-    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+@dataclass(frozen=True, eq=False)
+class ImageBlockKernel:
+    """Block kernel (:mod:`molntk.scale.blocks`) of one image model on a fixed stack of images:
+    ``compute_block(rows, cols) = {"ntk": Θ(images[rows], images[cols])}`` as float64 numpy
+    arrays; ``cols`` None: the symmetric block Θ(images[rows], images[rows]), each pair once.
+    ``memory_mb`` bounds the working memory of one chunk of image pairs inside the kernel."""
+
+    kernel: Kernel
+    images: torch.Tensor
+    memory_mb: float
+
+    @property
+    def n_molecules(self) -> int:
+        """Number of images (the engine's name for the items a block kernel indexes)."""
+        return self.images.shape[0]
+
+    def compute_block(self, rows: np.ndarray, cols: np.ndarray | None) -> dict[str, np.ndarray]:
+        """Θ(images[rows], images[cols]) (``cols`` None: rows × rows) under the name ``ntk``."""
+        x1 = self.images[torch.from_numpy(rows)]
+        x2 = None if cols is None else self.images[torch.from_numpy(cols)]
+        return {"ntk": self.kernel.kernel(x1, x2, memory_mb=self.memory_mb).ntk.cpu().double().numpy()}
+
+    def on(self, device: str) -> ImageBlockKernel:
+        """The same block kernel with its images on ``device``."""
+        return replace(self, images=self.images.to(device))
 
 
 def model_kernels(
@@ -110,85 +116,42 @@ def model_kernels(
     *,
     block: int,
     memory_mb: float,
-    advance: Callable[[int], object],
+    executor: Executor | None = None,
+    progress: ProgressCallback | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """NTK Θ(X, X) (each block pair once) and Θ(X_eval, X) as float64 numpy arrays.
-
-    ``advance(pairs)`` is called after each block with its number of image pairs.
-    """
+    """NTK Θ(X, X) and Θ(X_eval, X) as float64 numpy arrays, by the block engine
+    (:func:`molntk.scale.kernel_matrices`) in blocks of at most ``block`` images: training
+    blocks B_i × B_j for i ≤ j (mirrored), evaluation blocks T_i × B_j; ``executor``: where
+    the blocks run (default: :func:`molntk.scale.default_executor`); ``progress(done, total)``
+    after each block."""
     n = x_train.shape[0]
-    train = np.empty((n, n))
-    rows = _blocks(n, block)
-    for i, r in enumerate(rows):
-        for c in rows[i:]:
-            other = None if c == r else x_train[c]
-            part = kernel.kernel(x_train[r], other, memory_mb=memory_mb).ntk.cpu().double().numpy()
-            train[r, c] = part
-            train[c, r] = part.T
-            rows_in, cols_in = r.stop - r.start, c.stop - c.start
-            advance(rows_in * cols_in if c != r else rows_in * (rows_in + 1) // 2)
-    test = np.empty((x_eval.shape[0], n))
-    for r in _blocks(x_eval.shape[0], block):
-        test[r] = kernel.kernel(x_eval[r], x_train, memory_mb=memory_mb).ntk.cpu().double().numpy()
-        advance((r.stop - r.start) * n)
-    return train, test
-
-
-@contextmanager
-def _progress() -> Iterator[Progress]:
-    from molntk.cli.output import stderr
-
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("image pairs"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
+    images = ImageBlockKernel(kernel, torch.cat([x_train, x_eval]), memory_mb)
+    matrices = kernel_matrices(
+        images, np.arange(n), np.arange(n, n + x_eval.shape[0]), block_size=block, executor=executor, progress=progress
     )
-    with Progress(*columns, console=stderr(), transient=True) as progress:
-        yield progress
+    return matrices["ntk_train"], matrices["ntk_test"]
 
 
-@contextmanager
-def _threads(threads: int | None) -> Iterator[None]:
-    """torch's CPU thread count set to ``threads`` (None: unchanged) for the block, then restored."""
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("compute.device is 'cuda' but torch sees no CUDA device")
-    return torch.device(name)
-
-
-def run_image_classification(config: ImageClassificationConfig, source: str) -> dict[str, Any]:
-    """Run the pipeline, write its files and return ``{"output", "data", "results", ...}``."""
+def run_image_classification(
+    config: ImageClassificationConfig, source: str, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Run the pipeline, write its files and return ``{"output", "data", "results", "wall_seconds"}``;
+    ``progress(label, done, total)`` after each kernel block, one label per model."""
     start = time.perf_counter()
     net, n_max = config.network, max(config.n_train)
     split = load_image_split(config.data, n_max, source)
-    device, dtype = _device(config.compute.device), getattr(torch, config.compute.dtype)
+    device, dtype = resolve_device(config.compute.device), getattr(torch, config.compute.dtype)
     x_train = torch.as_tensor(split.x_train, dtype=dtype, device=device)
     x_test = torch.as_tensor(split.x_test, dtype=dtype, device=device)
     n_test, n_orbit, n_classes = len(split.y_test), config.n_orbit or len(split.y_test), len(split.classes)
     x_eval = torch.cat([x_test, orbit_images(x_test[:n_orbit], net.n)])
     y_orbit = np.tile(split.y_test[:n_orbit], net.n)
     out = output_dir(config.name, config.output)
-    pairs = n_max * (n_max + 1) // 2 + x_eval.shape[0] * n_max
     records: list[dict[str, Any]] = []
     confusions: dict[str, np.ndarray] = {}
-    with _threads(config.compute.threads), _progress() as progress:
+    with torch_threads(config.compute.threads), open_executor("auto", device=device.type) as executor:
         for model in config.models:
             name = model_name(model, net.n)
-            task = progress.add_task(f"{name} kernels", total=pairs)
             tic = time.perf_counter()
             K_train, K_eval = model_kernels(
                 build_model(model, net),
@@ -196,10 +159,10 @@ def run_image_classification(config: ImageClassificationConfig, source: str) -> 
                 x_eval,
                 block=config.compute.block,
                 memory_mb=config.compute.memory_mb,
-                advance=lambda done, task=task: progress.advance(task, done),
+                executor=executor,
+                progress=labelled(progress, f"{name} kernels"),
             )
             kernel_seconds = time.perf_counter() - tic
-            progress.remove_task(task)
             for m in config.n_train:
                 fit = fit_predict(K_train[:m, :m], split.y_train[:m], K_eval[:, :m], n_classes, cv=config.cv)
                 labels = fit.labels
@@ -257,11 +220,3 @@ def _confusion_model(records: list[dict[str, Any]], n: int, n_max: int) -> str:
     names = [r["model"] for r in final]
     gcnn_name = model_name("gcnn", n)
     return gcnn_name if gcnn_name in names else max(final, key=lambda r: r["accuracy"])["model"]
-
-
-def show_image_classification(config: ImageClassificationConfig, result: dict[str, Any]) -> None:
-    """The records as a table, then where the files are."""
-    from molntk.cli.output import stdout
-
-    print_results_table(result["results"], TABLE_COLUMNS, f"{config.name}: {result['data']}")
-    stdout().print(f"{result['wall_seconds']:.1f} s; report, metrics.csv and plots in {result['output']}/")

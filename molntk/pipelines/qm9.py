@@ -43,12 +43,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from molntk.config import ConfigProblem, ConfigValidationError, QM9DataConfig, QM9PropertyConfig
+from molntk.config import ConfigProblem, ConfigValidationError
 from molntk.data.molecule import Molecule
 from molntk.data.qm9 import QM9_ELEMENTS
 from molntk.molecular import BlockKernelOf, InducingSet, MolecularKernel, MoleculeSet, SO3MolecularKernel
 from molntk.molecular.baselines import MLPNTK, AugmentedMLPNTK, BagOfBonds, CoulombMatrix, DScribeSOAPKernel, FCHL19Kernel
 from molntk.molecular.baselines import LaplacianKernel, MLPArchitecture, PowerSpectrumKernel, RotationSet, median_l1_width
+from molntk.pipelines.qm9_config import QM9DataConfig, QM9PropertyConfig
 
 if TYPE_CHECKING:
     from molntk.data.qm9 import QM9

@@ -1,4 +1,4 @@
-"""Files and terminal tables of ``task: qm9-property`` (:mod:`molntk.pipelines.qm9`).
+"""The run and the files of ``task: qm9-property`` (:mod:`molntk.pipelines.qm9`).
 
 Writes into ``results/<config name>/`` (or ``output``): ``report.json`` (records with
 ``model``, ``target``, ``n_train``, ``mae``, ``rmse``, ``r2``, ``unit``, ``fit_seconds``,
@@ -15,72 +15,25 @@ the chosen kernels as ``.npy`` files in ``kernel_matrices/<model>-<reduction>/``
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from molntk.config import QM9PropertyConfig
 from molntk.pipelines.qm9 import CHEMICAL_ACCURACY_MEV, run_qm9_property
-from molntk.pipelines.report import (
-    output_dir,
-    plot_learning_curve,
-    print_results_table,
-    save_figure,
-    write_metrics_csv,
-    write_report,
-)
+from molntk.pipelines.qm9_config import QM9PropertyConfig
+from molntk.pipelines.report import output_dir, plot_learning_curve, save_figure, write_metrics_csv, write_report
+from molntk.scale.progress import Progress
 from molntk.utils.files import atomic_write_text
 
 
-class ProgressLines:
-    """Progress as plain lines for logs: for each label, a line at its first block, at most
-    one every ``every`` seconds after that, and one when it is done, with the blocks done,
-    the seconds since the job started and since the label's first report, and the ETA at
-    the label's mean rate so far (blocks of one label cost about the same)."""
-
-    def __init__(self, write: Callable[[str], None], every: float = 30.0) -> None:
-        self.write, self.every = write, every
-        self.start = time.perf_counter()
-        self.first: dict[str, tuple[float, int]] = {}
-        self.last: dict[str, float] = {}
-
-    def __call__(self, label: str, done: int, total: int) -> None:
-        now = time.perf_counter()
-        began, done_then = self.first.setdefault(label, (now, done))
-        if done < total and label in self.last and now - self.last[label] < self.every:
-            return
-        self.last[label] = now
-        rate = (done - done_then) / (now - began) if now > began and done > done_then else 0.0
-        eta = f", ETA {(total - done) / rate:.0f} s" if 0 < rate and done < total else ""
-        self.write(f"{label}: {done}/{total} blocks, {now - began:.0f} s ({now - self.start:.0f} s into the job){eta}")
-
-
-def run_and_write(config: QM9PropertyConfig, source: str) -> dict[str, Any]:
-    """Run the pipeline with a progress bar on stderr (progress lines when stderr is not a
-    terminal: batch logs), write the output files, return the result (without the
-    per-molecule predictions, which go to ``predictions.csv``)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    from molntk.cli.output import stderr
-
-    console = stderr()
-    columns = (TextColumn("{task.description:<18}"), BarColumn(), TextColumn("{task.completed}/{task.total} blocks"),
-               TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        tasks: dict[str, Any] = {}
-
-        def draw(label: str, done: int, total: int) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(label, total=total)
-            bar.update(tasks[label], completed=done)
-
-        progress = draw if console.is_terminal else ProgressLines(console.print)
-        out = output_dir(config.name, config.output)
-        cache = out / "kernel_cache" if config.cache else None
-        result = run_qm9_property(config, source, progress, cache, out / "kernel_matrices")
+def run_and_write(config: QM9PropertyConfig, source: str, progress: Progress | None = None) -> dict[str, Any]:
+    """Run the pipeline (:func:`~molntk.pipelines.qm9.run_qm9_property`, reporting kernel
+    blocks to ``progress``), write the output files, return the result (without the
+    per-molecule predictions, which go to ``predictions.csv``) with ``output``: the folder."""
+    out = output_dir(config.name, config.output)
+    cache = out / "kernel_cache" if config.cache else None
+    result = run_qm9_property(config, source, progress, cache, out / "kernel_matrices")
     predictions = result.pop("predictions")
     test_targets = result.pop("test_targets")
     write_report(out, config=config.to_dict(), records=result["records"],
@@ -142,21 +95,3 @@ def _plot_parity(path: Path, target: str, unit: str, truth: list[float], by_mode
         save_figure(fig, path)
     finally:
         plt.close(fig)
-
-
-def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None:
-    """Rich tables: per target, every model × n_train; then the hyperparameter choices."""
-    for target in config.targets:
-        records = [r for r in result["records"] if r["target"] == target]
-        unit = result["units"][target]
-        print_results_table(
-            records,
-            [("model", "model", "s"), ("n_train", "n_train", "d"), ("mae", f"MAE ({unit})", ".4g"),
-             ("rmse", f"RMSE ({unit})", ".4g"), ("r2", "R²", ".4f"), ("invariance_error", f"rot. std ({unit})", ".2e"),
-             ("fit_seconds", "fit s", ".2f"), ("predict_seconds", "predict s", ".2f")],
-            title=f"{config.name}: {target} on {result['n_test']} test molecules ({result['device']}, {result['dtype']})",
-        )
-    chosen = [r for r in result["search"] if r.get("chosen")]
-    print_results_table(chosen, [("model", "model", "s"), ("candidate", "chosen hyperparameters", "s"),
-                                 ("cv_rmse", "CV RMSE", ".4g")], title="hyperparameters chosen on training data")
-    print(f"report: {result['output']}/report.json")

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from molntk.config import QM9PropertyConfig, SparseConfig
 from molntk.features.inducing import inducing_environments
 from molntk.molecular import InducingSet
 from molntk.pipelines.qm9 import Candidate, Engine, Progress, QM9Sets, block_kernel, evaluate_model
+from molntk.pipelines.qm9_config import QM9PropertyConfig, SparseConfig
 from molntk.scale.blocks import TEST, TRAIN
 
 #: Suffix of a sparse model's name in the report.

@@ -1,4 +1,4 @@
-"""Result files shared by every pipeline: report.json, config.yaml, metrics.csv, plots, tables.
+"""Result files shared by every pipeline: report.json, config.yaml, metrics.csv, plots.
 
 A pipeline writes into one folder per configuration (default ``results/<config name>/``):
 
@@ -176,19 +176,3 @@ def save_figure(fig: Any, path: str | Path) -> Path:
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, format="png")
     return path
-
-
-def print_results_table(records: Sequence[Mapping[str, Any]], columns: list[tuple[str, str, str]], title: str) -> None:
-    """Print the records as a rich table on stdout; ``columns`` are (key, header, format spec),
-    e.g. ``("accuracy", "acc", ".3f")``. A missing or None value shows as ``-``."""
-    from rich.table import Table
-
-    from molntk.cli.output import cells, stdout
-
-    table = Table(title=title)
-    for i, (_, header, _) in enumerate(columns):
-        table.add_column(header, justify="left" if i == 0 else "right")
-    for record in records:
-        values = [record.get(key) for key, _, _ in columns]
-        table.add_row(*cells(*("-" if v is None else format(v, spec) for v, (_, _, spec) in zip(values, columns))))
-    stdout().print(table)

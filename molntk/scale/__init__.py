@@ -2,8 +2,9 @@
 
 Entry point (:mod:`molntk.scale.engine`)::
 
+    from molntk.cli.progress import rich_progress
     from molntk.molecular import BlockKernelOf
-    from molntk.scale import kernel_matrices, rich_progress
+    from molntk.scale import kernel_matrices
 
     bk = BlockKernelOf(kernel, molecules)                  # descriptors once per molecule
     with rich_progress() as bar:
@@ -24,16 +25,19 @@ default with CUDA) or :class:`DaskExecutor` (``DaskExecutor.local(n_workers)`` o
 
 Modules: :mod:`~molntk.scale.blocks` (block kernel protocol, plan),
 :mod:`~molntk.scale.memory` (budget → block side), :mod:`~molntk.scale.cache` (checksummed
-block files), :mod:`~molntk.scale.executors`, :mod:`~molntk.scale.progress`, :mod:`~molntk.scale.engine`.
+block files), :mod:`~molntk.scale.executors`, :mod:`~molntk.scale.progress` (callback protocols; bars and lines are drawn by
+:mod:`molntk.cli.progress`), :mod:`~molntk.scale.devices` (device and CPU threads of a run),
+:mod:`~molntk.scale.engine`.
 Block kernels of molecules: :class:`molntk.molecular.BlockKernelOf`.
 """
 
 from molntk.scale.blocks import BlockKernel, plan_blocks
 from molntk.scale.cache import BlockCache, DamagedBlockWarning
+from molntk.scale.devices import resolve_device, torch_threads
 from molntk.scale.engine import KernelAssembly, assemble_kernels, default_executor, kernel_matrices
 from molntk.scale.executors import DaskExecutor, DeviceExecutor, SerialExecutor, cuda_devices, open_executor, round_robin
 from molntk.scale.memory import block_side, default_memory_budget
-from molntk.scale.progress import rich_progress
+from molntk.scale.progress import Progress, ProgressCallback, labelled
 
 __all__ = [
     "BlockCache",
@@ -42,6 +46,8 @@ __all__ = [
     "DaskExecutor",
     "DeviceExecutor",
     "KernelAssembly",
+    "Progress",
+    "ProgressCallback",
     "SerialExecutor",
     "assemble_kernels",
     "block_side",
@@ -49,8 +55,10 @@ __all__ = [
     "default_executor",
     "default_memory_budget",
     "kernel_matrices",
+    "labelled",
     "open_executor",
     "plan_blocks",
-    "rich_progress",
+    "resolve_device",
     "round_robin",
+    "torch_threads",
 ]

@@ -1,28 +1,32 @@
-"""Progress of a block computation: a callback ``progress(done, total)`` and a rich bar.
+"""Progress reports: the block engine's ``progress(done, total)`` and a job's labelled ``progress(label, done, total)``.
 
-The engine calls ``progress(done, total)`` after every block (cached blocks count at once),
-so any callback works; :func:`rich_progress` gives one that draws a rich progress bar with
-the elapsed time and the ETA (rich's estimate from the recent block rate).
+The engine calls a :data:`ProgressCallback` ``progress(done, total)`` after every block
+(cached blocks count at once). A pipeline computing several kernels reports to a
+:class:`Progress`, ``progress(label, done, total)``, one label per kernel;
+:func:`labelled` turns it into the engine's callback for one label. How progress is shown
+(a bar on a terminal, lines in a log) is the business of :mod:`molntk.cli.progress`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from collections.abc import Callable
+from typing import Protocol
 
 ProgressCallback = Callable[[int, int], None]
 
 
-@contextmanager
-def rich_progress(description: str = "kernel blocks", *, transient: bool = False) -> Iterator[ProgressCallback]:
-    """``with rich_progress() as cb: kernel_matrices(..., progress=cb)`` shows a bar with ETA."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, transient=transient) as bar:
-        task = bar.add_task(description, total=None)
+class Progress(Protocol):
+    """Receiver of a job's progress: ``done`` of ``total`` steps of the part named ``label``."""
 
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+    def __call__(self, label: str, done: int, total: int) -> None: ...
 
-        yield update
+
+def labelled(progress: Progress | None, label: str) -> ProgressCallback | None:
+    """The engine callback ``(done, total) -> progress(label, done, total)`` (None without ``progress``)."""
+    if progress is None:
+        return None
+
+    def report(done: int, total: int) -> None:
+        progress(label, done, total)
+
+    return report

@@ -1,0 +1,64 @@
+"""How ``molntk run`` prints each task's result: one show function per task of
+:data:`molntk.pipelines.tasks.TASKS`, registered in :data:`SHOW`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from molntk.cli.output import print_qm9_summary, print_results_table, stdout
+from molntk.pipelines.images_config import ImageClassificationConfig
+from molntk.pipelines.qm9_config import QM9PropertyConfig
+from molntk.pipelines.qm9_summary import QM9SummaryConfig
+
+#: Columns of the image-classification table: (record key, header, format).
+IMAGE_COLUMNS = [
+    ("model", "model", ""),
+    ("n_train", "n_train", "d"),
+    ("accuracy", "accuracy", ".3f"),
+    ("orbit_same_predictions", "orbit same", ".2f"),
+    ("n_rotations", "of n", "d"),
+    ("orbit_accuracy", "orbit acc.", ".3f"),
+    ("reg_relative", "λ/mean diag", ".0e"),
+    ("kernel_seconds", "kernel s", ".1f"),
+    ("fit_seconds", "fit s", ".3f"),
+    ("predict_seconds", "predict s", ".4f"),
+]
+
+
+def show_qm9_summary(config: QM9SummaryConfig, result: dict[str, Any]) -> None:
+    """Tables of a ``qm9-summary`` result."""
+    print_qm9_summary(result, title=f"{config.name}: QM9 ({config.data.source})")
+
+
+def show_image_classification(config: ImageClassificationConfig, result: dict[str, Any]) -> None:
+    """The records of an ``image-classification`` result as a table, then where the files are."""
+    print_results_table(result["results"], IMAGE_COLUMNS, f"{config.name}: {result['data']}")
+    stdout().print(f"{result['wall_seconds']:.1f} s; report, metrics.csv and plots in {result['output']}/")
+
+
+def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None:
+    """Rich tables of a ``qm9-property`` result: per target, every model × n_train; then the
+    hyperparameter choices; then where the report is."""
+    for target in config.targets:
+        records = [r for r in result["records"] if r["target"] == target]
+        unit = result["units"][target]
+        print_results_table(
+            records,
+            [("model", "model", "s"), ("n_train", "n_train", "d"), ("mae", f"MAE ({unit})", ".4g"),
+             ("rmse", f"RMSE ({unit})", ".4g"), ("r2", "R²", ".4f"), ("invariance_error", f"rot. std ({unit})", ".2e"),
+             ("fit_seconds", "fit s", ".2f"), ("predict_seconds", "predict s", ".2f")],
+            title=f"{config.name}: {target} on {result['n_test']} test molecules ({result['device']}, {result['dtype']})",
+        )
+    chosen = [r for r in result["search"] if r.get("chosen")]
+    print_results_table(chosen, [("model", "model", "s"), ("candidate", "chosen hyperparameters", "s"),
+                                 ("cv_rmse", "CV RMSE", ".4g")], title="hyperparameters chosen on training data")
+    print(f"report: {result['output']}/report.json")
+
+
+#: Task name → how its result is printed; every task of :data:`molntk.pipelines.tasks.TASKS` has one.
+SHOW: dict[str, Callable[[Any, dict[str, Any]], None]] = {
+    "qm9-summary": show_qm9_summary,
+    "image-classification": show_image_classification,
+    "qm9-property": show_qm9_property,
+}

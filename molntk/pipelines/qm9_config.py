@@ -1,0 +1,357 @@
+"""Configuration schema of ``task: qm9-property`` (:mod:`molntk.pipelines.qm9`) and the QM9
+data section it shares with ``task: qm9-summary`` (:mod:`molntk.pipelines.qm9_summary`).
+
+Sections: ``data`` (:class:`QM9DataConfig`), ``targets``, ``learning_curve``,
+``features`` (:class:`FeatureMapsSection`: the keys of a
+:class:`~molntk.features.environments.FeatureConfig`), ``kernel``, ``models``,
+``regression``, ``invariance``, ``compute``, ``sparse``, ``output``, ``cache``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from molntk.config import (
+    Count,
+    FieldError,
+    NonNegative,
+    Positive,
+    Section,
+    Seed,
+    TaskConfig,
+    UserPath,
+    did_you_mean,
+)
+from molntk.data.qm9 import QM9_TARGETS
+from molntk.features.environments import FeatureConfig
+from molntk.kernels.so3.spec import parse_architecture
+
+
+class SplitConfig(Section):
+    """Sizes of the training and validation sets; the test set is the rest of the data."""
+
+    n_train: Count = 110_000
+    n_valid: Count = 10_000
+
+
+class QM9DataConfig(Section):
+    """Where the QM9 molecules come from and how they are split.
+
+    ``qm9pack`` reads the offline copy through the molntk cache (``cache_dir``, default
+    ``$MOLNTK_CACHE_DIR`` or the user cache); ``torch-geometric`` reads (or downloads)
+    PyG's QM9 in ``root``. ``seed`` seeds the train/valid/test permutation.
+    ``n_train + n_valid`` must be smaller than the dataset; that is checked when the
+    data is loaded, since the size depends on the source.
+    """
+
+    source: Literal["qm9pack", "torch-geometric"] = "qm9pack"
+    root: UserPath | None = Field(default=None, description="PyG dataset directory (torch-geometric only)")
+    cache_dir: UserPath | None = Field(
+        default=None, description="molntk cache (default: $MOLNTK_CACHE_DIR, user cache)"
+    )
+    seed: Seed = 0
+    split: SplitConfig = SplitConfig()
+
+    @model_validator(mode="after")
+    def _root_matches_source(self) -> QM9DataConfig:
+        """``root`` is required with torch-geometric and meaningless with qm9pack."""
+        if self.source == "torch-geometric" and self.root is None:
+            raise FieldError("root", "required with source 'torch-geometric' (the PyG QM9 dataset directory)")
+        if self.source != "torch-geometric" and self.root is not None:
+            raise FieldError("root", f"only used with source 'torch-geometric', not {self.source!r}")
+        return self
+
+
+
+class FeatureMapsSection(Section):
+    """Environment feature maps (:class:`~molntk.features.environments.FeatureConfig`):
+    band limit L, angular smearing σ (rad) and radial basis (``kind: gaussian`` with
+    ``n``, ``r_min``, ``r_cut``, ``width``; or ``kind: coulomb`` with ``powers``)."""
+
+    band_limit: Annotated[int, Field(strict=True, ge=1, le=13)] = 4
+    smearing_width: NonNegative = 0.5
+    radial: dict[str, Any] = {"kind": "gaussian", "n": 6, "r_min": 0.5, "r_cut": 5.0}
+
+    @model_validator(mode="after")
+    def _valid_radial(self) -> FeatureMapsSection:
+        try:
+            self.feature_config()
+        except ValueError as err:
+            raise FieldError("radial", str(err)) from None
+        return self
+
+    def feature_config(self) -> FeatureConfig:
+        """The :class:`~molntk.features.environments.FeatureConfig` these keys describe."""
+        return FeatureConfig.from_dict(self.model_dump())
+
+
+class KernelEngineConfig(Section):
+    """How SO(3) kernels are evaluated: ``mode`` (fast: invariant recursion; exact: the
+    discretised network), the SO(3) grid (``grid_band_limit``, ``sampling``), atom
+    ``pairing`` (element-resolved or shared network), ``dtype``, ``device`` (auto: CUDA
+    when present), environments per kernel block, and CPU ``threads`` (null: torch's default).
+    ``atom-index`` (the published reference's unshared per-atom-index branches on 29 padded
+    atoms; not permutation invariant) applies to the SO(3) NTK only; the baselines then
+    use element pairing."""
+
+    mode: Literal["fast", "exact"] = "fast"
+    grid_band_limit: Annotated[int, Field(strict=True, ge=1, le=12)] = 2
+    sampling: Literal["gauss-legendre", "driscoll-healy", "lebedev"] = "gauss-legendre"
+    pairing: Literal["element", "shared", "atom-index"] = "element"
+    dtype: Literal["float64", "float32"] = "float64"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    block_size: Count = 512
+    threads: Count | None = None
+
+
+class SO3Candidate(Section):
+    """One SO(3) architecture (:mod:`molntk.kernels.so3.spec`), e.g. ``lift:3 relu pool dense``;
+    ``smearing_width`` (rad) replaces the feature maps' angular smearing for this candidate."""
+
+    layers: str
+    sigma_w: Positive = 1.0
+    sigma_b: NonNegative = 0.0
+    smearing_width: NonNegative | None = None
+
+    @model_validator(mode="after")
+    def _parses(self) -> SO3Candidate:
+        try:
+            parse_architecture(self.layers)
+        except ValueError as err:
+            raise FieldError("layers", str(err)) from None
+        return self
+
+
+class MLPCandidate(Section):
+    """One per-atom MLP architecture: ``depth`` hidden layers of ``activation``."""
+
+    depth: Count = 1
+    activation: Literal["relu", "erf"] = "relu"
+    sigma_w: Positive = 1.0
+    sigma_b: NonNegative = 0.0
+
+
+class SO3ModelConfig(Section):
+    """The SO(3) NTK: architectures to choose from on training data."""
+
+    candidates: Annotated[list[SO3Candidate], Field(min_length=1)] = [
+        SO3Candidate(layers="lift:3 relu pool dense", sigma_w=1.0, sigma_b=0.1)
+    ]
+
+
+class MLPModelConfig(Section):
+    """Per-atom MLP NTK on the flattened feature maps: architectures to choose from."""
+
+    candidates: Annotated[list[MLPCandidate], Field(min_length=1)] = [MLPCandidate(sigma_b=0.1)]
+
+
+class AugmentedMLPModelConfig(MLPModelConfig):
+    """MLP NTK symmetrised over ``rotations`` Haar-random rotations and their inverses (a set
+    S of 2 × rotations): the average of Θ(ρ(g) f, ρ(h) f') over g, h ∈ S, which is PSD and
+    tends to the SO(3) GCNN kernel as S grows."""
+
+    rotations: Count = 4
+    seed: Seed = 0
+
+
+class PowerSpectrumModelConfig(Section):
+    """SOAP-type power-spectrum kernel (p̂·p̂')^ζ on the feature maps, ζ chosen from ``zetas``."""
+
+    zetas: Annotated[list[Count], Field(min_length=1)] = [1, 2, 3, 4]
+
+
+class LaplacianModelConfig(Section):
+    """Laplacian kernel on a global descriptor, σ = factor × median L1 distance (factor chosen)."""
+
+    width_factors: Annotated[list[Positive], Field(min_length=1)] = [0.5, 1.0, 2.0, 4.0, 8.0]
+
+
+class SOAPModelConfig(Section):
+    """SOAP from DScribe (optional package): r_cut (Å), radial/angular sizes, width σ, ζ chosen."""
+
+    r_cut: Positive = 5.0
+    n_max: Count = 6
+    l_max: Count = 4
+    sigma: Positive = 0.5
+    zetas: Annotated[list[Count], Field(min_length=1)] = [2]
+
+
+class FCHL19ModelConfig(Section):
+    """FCHL19 from qmllib (optional package) with a Gaussian kernel, width σ chosen from ``sigmas``."""
+
+    sigmas: Annotated[list[Positive], Field(min_length=1)] = [1.0, 2.0, 4.0]
+
+
+class QM9ModelsConfig(Section):
+    """The models compared side by side; ``null`` leaves one out (SOAP and FCHL19 are off
+    unless given: they need the ``baselines`` extra). The dressed-atom linear model is
+    always fitted (it is the floor every model must beat)."""
+
+    so3_ntk: SO3ModelConfig | None = SO3ModelConfig()
+    mlp_ntk: MLPModelConfig | None = MLPModelConfig()
+    augmented_mlp_ntk: AugmentedMLPModelConfig | None = AugmentedMLPModelConfig()
+    power_spectrum: PowerSpectrumModelConfig | None = PowerSpectrumModelConfig()
+    coulomb_matrix: LaplacianModelConfig | None = LaplacianModelConfig()
+    bag_of_bonds: LaplacianModelConfig | None = LaplacianModelConfig()
+    soap: SOAPModelConfig | None = None
+    fchl19: FCHL19ModelConfig | None = None
+
+
+class LearningCurveConfig(Section):
+    """Training sizes (nested subsets of the training split), the test subset (first
+    ``n_test`` of the test split; null: all of it), and ``n_select`` training molecules on
+    which hyperparameters are chosen (the first of the training split; ≤ max n_train)."""
+
+    n_train: Annotated[list[Count], Field(min_length=1)] = [100, 250, 500, 1000]
+    n_test: Count | None = 1000
+    n_select: Count = 300
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LearningCurveConfig:
+        if any(a >= b for a, b in zip(self.n_train, self.n_train[1:])):
+            raise FieldError("n_train", f"must be strictly increasing, got {self.n_train}")
+        if self.n_select > self.n_train[-1]:
+            raise FieldError("n_select", f"{self.n_select} exceeds the largest n_train {self.n_train[-1]}")
+        return self
+
+
+class QM9RegressionConfig(Section):
+    """λ by ``cv`` on training data; ``residual``: learn the residual of the dressed-atom
+    model (auto: for extensive energies); ``reduce``: sum or mean over atom pairs (auto:
+    mean for intensive targets HOMO/LUMO/gap, sum otherwise). ``psd_rtol``: the relative
+    accuracy assumed of quadrature kernels (fast-mode SO(3), rotation-averaged MLP):
+    train-kernel eigenvalues down to −psd_rtol × the largest are clipped to 0 (measured on
+    QM9 at grid band limit 2, ReLU: kernel error ≈ 2e-4, smallest eigenvalue ≈ −1e-5 ×
+    largest), and their λ is not chosen below psd_rtol × mean(diag K).
+
+    Large training sets: λ is chosen by CV (one O(n³) eigendecomposition) on sizes up to
+    ``eigh_max``; a larger size reuses the relative λ (λ / mean diag K) of the largest
+    size ≤ eigh_max and is solved by ``large_solver``: Cholesky, PCG (relative residual
+    ``pcg_tol``), or auto (Cholesky when its n² · 8-byte factor fits a quarter of the RAM)."""
+
+    cv: Literal["loo", "kfold", "gcv"] = "loo"
+    residual: Literal["auto", "dressed-atom", "none"] = "auto"
+    reduce: Literal["auto", "sum", "mean"] = "auto"
+    psd_rtol: Annotated[float, Field(gt=0, lt=1)] = 1e-4
+    eigh_max: Count = 5000
+    large_solver: Literal["auto", "cholesky", "pcg"] = "auto"
+    pcg_tol: Annotated[float, Field(gt=0, lt=1)] = 1e-8
+
+
+class ComputeConfig(Section):
+    """Where the kernel blocks are computed and where the matrices live; the numbers of a
+    run do not depend on it (the blocks are the same, :mod:`molntk.scale`), so a config
+    moves from a laptop to GPUs or a cluster with ``--set compute.…`` only.
+
+    ``executor``: ``auto`` (every visible GPU when ``kernel.device`` resolves to CUDA, else
+    this process), ``serial``, ``devices`` (all visible GPUs, one thread each) or ``dask``
+    (``workers`` local worker processes, or the existing cluster at ``scheduler``, e.g.
+    ``tcp://10.0.0.1:8786``). ``block_molecules``: largest block side; ``memory_budget_mb``:
+    memory for one block (null: a quarter of the available RAM, half the free GPU memory).
+    ``storage``: ``memory``, or ``disk``: the assembled matrices are ``.npy`` memory maps
+    in ``<output>/kernel_matrices/`` (for training sets whose n² · 8 bytes exceed the RAM)."""
+
+    executor: Literal["auto", "serial", "devices", "dask"] = "auto"
+    workers: Count | None = None
+    scheduler: str | None = None
+    block_molecules: Count = 256
+    memory_budget_mb: Positive | None = None
+    storage: Literal["memory", "disk"] = "memory"
+
+    @model_validator(mode="after")
+    def _dask_settings(self) -> ComputeConfig:
+        if self.executor == "dask" and (self.workers is None) == (self.scheduler is None):
+            raise FieldError("executor", "'dask' needs exactly one of 'workers' (a local cluster) or 'scheduler' (an existing one)")
+        if self.executor != "dask" and (self.workers is not None or self.scheduler is not None):
+            raise FieldError("workers" if self.workers is not None else "scheduler", f"only used with executor 'dask', not {self.executor!r}")
+        return self
+
+
+#: QM9 models whose kernel is a sum over environment pairs: they have sparse versions.
+SPARSE_MODELS = ("so3_ntk", "mlp_ntk", "augmented_mlp_ntk", "power_spectrum")
+
+
+class SparseConfig(Section):
+    """Sparse (inducing-environment) versions of local kernel models, for training sets
+    whose n × n kernel is out of reach. Each of ``models`` is also fitted as
+    E(M) = Σ_j w_j Θ(M, {s_j}) on ``environments`` inducing environments s_j drawn from the
+    training molecules (``selection``: farthest-point ``fps`` or ``random`` with ``seed``,
+    per element in proportion to its environments), λ by closed-form leave-one-out; it
+    needs n × m kernel entries instead of n²/2 (:mod:`molntk.features.inducing`,
+    :mod:`molntk.regression.sparse`), with the candidate chosen for the exact model.
+    ``exact_up_to``: the exact models run only on training sizes up to this (null: all),
+    so a learning curve can go on where only the sparse models reach. ``rank_rtol``:
+    eigenvalues of Θ(inducing, inducing) below rank_rtol × the largest are dropped from
+    its pseudo-inverse; 1e-10 stays above the quadrature error of the main job's kernels
+    (≈ 5e-11 relative per entry) and, measured on QM9 U0 at N = 1,000
+    (benchmarks/sparse_inducing.py), loses nothing against 1e-12, while 3e-8 (the λ floor)
+    cut the rank to ≈ 300 and raised the MAE from 70 to 105 meV. Reported as
+    ``<model>-sparse``."""
+
+    models: Annotated[list[Literal[SPARSE_MODELS]], Field(min_length=1)] = ["so3_ntk"]  # type: ignore[valid-type]
+    environments: Count = 2000
+    selection: Literal["fps", "random"] = "fps"
+    seed: Seed = 0
+    exact_up_to: Count | None = None
+    rank_rtol: Annotated[float, Field(gt=0, lt=1)] = 1e-10
+
+
+class InvarianceConfig(Section):
+    """Rotation-invariance check: ``n_molecules`` test molecules, each under ``n_rotations``
+    Haar-random rotations (``seed``); 0 molecules turns it off."""
+
+    n_molecules: Annotated[int, Field(strict=True, ge=0)] = 100
+    n_rotations: Count = 3
+    seed: Seed = 0
+
+
+def _known_qm9_targets(targets: list[str]) -> list[str]:
+    """Every target is a QM9 target (:data:`molntk.data.qm9.QM9_TARGETS`), none twice."""
+    for target in targets:
+        if target not in QM9_TARGETS:
+            raise ValueError(f"unknown QM9 target {target!r}" + did_you_mean(target, list(QM9_TARGETS), "targets"))
+    if len(set(targets)) != len(targets):
+        raise ValueError(f"lists a target twice: {targets}")
+    return targets
+
+
+class QM9PropertyConfig(TaskConfig):
+    """``task: qm9-property``: learning curves of the SO(3) NTK and its baselines on QM9."""
+
+    task: Literal["qm9-property"]
+    data: QM9DataConfig = QM9DataConfig()
+    targets: Annotated[list[str], Field(min_length=1), AfterValidator(_known_qm9_targets)] = ["u0_atom"]
+    learning_curve: LearningCurveConfig = LearningCurveConfig()
+    features: FeatureMapsSection = FeatureMapsSection()
+    kernel: KernelEngineConfig = KernelEngineConfig()
+    models: QM9ModelsConfig = QM9ModelsConfig()
+    regression: QM9RegressionConfig = QM9RegressionConfig()
+    invariance: InvarianceConfig = InvarianceConfig()
+    compute: ComputeConfig = ComputeConfig()
+    sparse: SparseConfig | None = None
+    output: UserPath | None = Field(default=None, description="output folder (default results/<name>/)")
+    cache: bool = Field(default=True, description="keep kernel blocks in <output>/kernel_cache: a killed run resumes")
+
+    @model_validator(mode="after")
+    def _sparse_models_present(self) -> QM9PropertyConfig:
+        for name in [] if self.sparse is None else self.sparse.models:
+            if getattr(self.models, name) is None:
+                raise FieldError("sparse.models", f"lists {name!r}, but models.{name} is null")
+            if name == "so3_ntk" and self.kernel.pairing == "atom-index":
+                raise FieldError("sparse.models", "a sparse so3_ntk needs kernel.pairing 'element' or 'shared', not 'atom-index'")
+        return self
+
+    @model_validator(mode="after")
+    def _lambda_has_a_source(self) -> QM9PropertyConfig:
+        """The exact models (the sizes up to ``sparse.exact_up_to``) choose λ by CV at a size ≤ eigh_max."""
+        limit = None if self.sparse is None else self.sparse.exact_up_to
+        exact = [n for n in self.learning_curve.n_train if limit is None or n <= limit]
+        smallest = exact[0] if exact else None
+        if smallest is not None and smallest > self.regression.eigh_max:
+            raise FieldError(
+                "regression.eigh_max",
+                f"{self.regression.eigh_max} is below the smallest n_train {smallest}: λ is chosen by CV on a size ≤ eigh_max",
+            )
+        return self

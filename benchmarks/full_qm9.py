@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from molntk.cli.progress import job_progress
-from molntk.pipelines.qm9_report import run_and_write
+from molntk.pipelines.qm9 import run_and_write
 from molntk.pipelines.tasks import TASKS
 from molntk.utils.files import atomic_write_text
 

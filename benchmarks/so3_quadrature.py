@@ -81,7 +81,7 @@ def kernel_rows(n: int, repeats: int) -> list[dict]:
     from molntk.kernels.so3 import SO3Grid
     from molntk.kernels.so3.spec import parse_architecture
     from molntk.molecular import SO3MolecularKernel
-    from molntk.pipelines.qm9 import rotated_copies
+    from molntk.pipelines.qm9.sets import rotated_copies
 
     data = load_qm9()
     molecules = data.molecules(standard_split(len(data), seed=0).train[:n].tolist())

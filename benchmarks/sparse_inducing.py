@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from molntk.data.qm9 import QM9_ELEMENTS, load_qm9
-from molntk.pipelines.qm9_config import SparseConfig
+from molntk.pipelines.qm9.config import SparseConfig
 from molntk.pipelines.tasks import TASKS
 from molntk.data.splits import standard_split
 from molntk.features.environments import environment_features

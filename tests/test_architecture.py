@@ -19,12 +19,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "molntk"
 
-#: Cycles (both through imports inside functions) that other branches of the same
-#: refactoring remove: pipelines/qm9.py <-> pipelines/qm9_sparse.py and
-#: kernels/pooled_activations.py <-> kernels/pooled_activations_triton.py. Drop this list
-#: once they are merged.
+#: Cycles (through imports inside functions) that another branch of the same refactoring
+#: removes: kernels/pooled_activations.py <-> kernels/pooled_activations_triton.py. Drop
+#: this list once it is merged.
 KNOWN_CYCLES = [
-    {"molntk.pipelines.qm9", "molntk.pipelines.qm9_sparse"},
     {"molntk.kernels.pooled_activations", "molntk.kernels.pooled_activations_triton"},
 ]
 

@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 from molntk.cli import app
 from molntk.cli.output import print_results_table
 from molntk.data.images import NCT_CLASSES
-from molntk.pipelines.classification import confusion_matrix, fit_predict, one_hot, orbit_same_predictions
-from molntk.pipelines.image_data import load_image_split
-from molntk.pipelines.images import build_model, model_kernels, orbit_images, run_image_classification
-from molntk.pipelines.images_config import ImageClassificationConfig
-from molntk.pipelines.report import output_dir, plot_learning_curve, write_metrics_csv, write_report
+from molntk.pipelines.files import output_dir, plot_learning_curve, write_metrics_csv, write_report
+from molntk.pipelines.images import ImageClassificationConfig, run_image_classification
+from molntk.pipelines.images.classification import confusion_matrix, fit_predict, one_hot, orbit_same_predictions
+from molntk.pipelines.images.data import load_image_split, orbit_images
+from molntk.pipelines.images.models import build_model, model_kernels
 from molntk.pipelines.tasks import TASKS
 
 PNG = b"\x89PNG\r\n\x1a\n"

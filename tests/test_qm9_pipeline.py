@@ -143,7 +143,7 @@ def test_shell_assembled_kernel_ridge_equals_scikit_learn(tiny_run, qm9):
     record's λ (the pipeline assembles the kernel from shells 0–20 and 20–40)."""
     from sklearn.kernel_ridge import KernelRidge
 
-    from molntk.pipelines.qm9 import dressed_atom
+    from molntk.pipelines.qm9.evaluate import dressed_atom
 
     _, document = tiny_run
     record = next(r for r in document["result"]["records"] if r["model"] == "power-spectrum" and r["n_train"] == 40)
@@ -460,7 +460,7 @@ def test_block_kernel_on_two_devices_equals_serial(qm9, tmp_path, one_thread):
     multi-GPU code path without a GPU) gives the serial blocks bit for bit, for the SO(3)
     NTK and a feature-map baseline. (This caught a race: the two threads building Wigner
     tables at once could leave e3nn in float32; see molntk.kernels.so3.wigner.)"""
-    from molntk.pipelines.qm9 import build_candidates
+    from molntk.pipelines.qm9.candidates import build_candidates
     from molntk.scale import DeviceExecutor, SerialExecutor, kernel_matrices
 
     path = tmp_path / "tiny.yaml"

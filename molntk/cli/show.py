@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from molntk.cli.output import print_qm9_summary, print_results_table, stdout
-from molntk.pipelines.images_config import ImageClassificationConfig
-from molntk.pipelines.qm9_config import QM9PropertyConfig
+from molntk.pipelines.images import ImageClassificationConfig
+from molntk.pipelines.qm9 import QM9PropertyConfig
 from molntk.pipelines.qm9_summary import QM9SummaryConfig
 
 #: Columns of the image-classification table: (record key, header, format).

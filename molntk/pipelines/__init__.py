@@ -3,13 +3,13 @@
 (printing is done by :mod:`molntk.cli`).
 
 - :mod:`~molntk.pipelines.tasks`: the registry of tasks (``TASKS``);
-- :mod:`~molntk.pipelines.report`: output folder, ``report.json``, ``config.yaml``,
+- :mod:`~molntk.pipelines.files`: output folder, ``report.json``, ``config.yaml``,
   ``metrics.csv`` and learning-curve plot (every pipeline);
 - ``task: qm9-summary``: :mod:`~molntk.pipelines.qm9_summary` (schema and run);
-- ``task: qm9-property``: schema :mod:`~molntk.pipelines.qm9_config`, learning curves of
-  the SO(3) NTK and its baselines on QM9 :mod:`~molntk.pipelines.qm9` (kernels from
-  :mod:`molntk.molecular`, sparse models in :mod:`~molntk.pipelines.qm9_sparse`), run and files :mod:`~molntk.pipelines.qm9_report`;
-- ``task: image-classification``: schema :mod:`~molntk.pipelines.images_config`, C_n ⋉ R²
-  NTK image classification :mod:`~molntk.pipelines.images` (rotated digits, NCT-CRC-HE,
-  PathMNIST).
+- ``task: qm9-property``: the package :mod:`~molntk.pipelines.qm9` (schema, data,
+  candidates, exact and sparse models, records, run, files): learning curves of the SO(3)
+  NTK and its baselines on QM9, kernels from :mod:`molntk.molecular` through :mod:`molntk.scale`;
+- ``task: image-classification``: the package :mod:`~molntk.pipelines.images` (schema,
+  data, models, classification, run): C_n ⋉ R² NTK image classification (rotated digits,
+  NCT-CRC-HE, PathMNIST).
 """

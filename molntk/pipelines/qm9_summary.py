@@ -7,8 +7,8 @@ from typing import Any, Literal
 from molntk.config import TaskConfig
 from molntk.data.qm9 import qm9_summary
 from molntk.data.splits import standard_split
-from molntk.pipelines.qm9 import load_qm9_data
-from molntk.pipelines.qm9_config import QM9DataConfig
+from molntk.pipelines.qm9.config import QM9DataConfig
+from molntk.pipelines.qm9.sets import load_qm9_data
 from molntk.scale.progress import Progress
 
 

@@ -11,10 +11,8 @@ performs the job, writes its files and returns the result as JSON-serialisable d
 from __future__ import annotations
 
 from molntk.config import Task, TaskRegistry
-from molntk.pipelines.images import run_image_classification
-from molntk.pipelines.images_config import ImageClassificationConfig
-from molntk.pipelines.qm9_config import QM9PropertyConfig
-from molntk.pipelines.qm9_report import run_and_write
+from molntk.pipelines.images import ImageClassificationConfig, run_image_classification
+from molntk.pipelines.qm9 import QM9PropertyConfig, run_and_write
 from molntk.pipelines.qm9_summary import QM9SummaryConfig, run_qm9_summary
 
 #: Every task, in the order ``molntk`` lists them.

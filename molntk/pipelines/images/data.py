@@ -13,17 +13,23 @@ The training pool is then permuted with ``data.seed``, so that training sets of 
 learning curve are its first n_train images (nested). Channels are normalised,
 x ← (x − mean_c) / std_c, with the mean and std of the largest training set; the test set
 uses the same statistics, so nothing about it leaks into training.
+
+The evaluation images add ρ(g) x, g = 1..n−1, to test images x (:func:`orbit_images`;
+ρ(g): rotation by 2πg/n, :func:`~molntk.kernels.cn.rotate_images`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from molntk.config import ConfigProblem, ConfigValidationError
 from molntk.data.images import ImageSet, load_digits_rotated, load_nct_crc_he, load_pathmnist_npz, normalise_channels
-from molntk.pipelines.images_config import ImageDataConfig
+from molntk.kernels.cn import rotate_images
+from molntk.pipelines.images.config import ImageDataConfig
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,3 +90,8 @@ def load_image_split(config: ImageDataConfig, n_train: int, source: str) -> Imag
     x_train, mean, std = normalise_channels(x_train)
     x_test, _, _ = normalise_channels(x_test, mean, std)
     return ImageSplit(x_train, y_train, x_test, y_test, data.classes, what)
+
+
+def orbit_images(x: torch.Tensor, n: int) -> torch.Tensor:
+    """ρ(g) x for g = 1..n−1, stacked g-major: ((n−1)·m, C, H, W)."""
+    return torch.cat([rotate_images(x, 2 * math.pi * g / n) for g in range(1, n)]) if n > 1 else x[:0]

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from molntk.errors import InputError
-from molntk.pipelines.report import save_figure
+from molntk.pipelines.files import save_figure
 from molntk.regression import KernelRegressor
 
 

@@ -31,9 +31,15 @@ import numpy as np
 
 from molntk.features.inducing import inducing_environments
 from molntk.molecular import InducingSet
-from molntk.pipelines.qm9 import Candidate, Engine, Progress, QM9Sets, block_kernel, evaluate_model
-from molntk.pipelines.qm9_config import QM9PropertyConfig, SparseConfig
+from molntk.pipelines.qm9.assembly import Engine, block_kernel
+from molntk.pipelines.qm9.candidates import Candidate
+from molntk.pipelines.qm9.config import QM9PropertyConfig, SparseConfig
+from molntk.pipelines.qm9.evaluate import evaluate_model
+from molntk.pipelines.qm9.sets import QM9Sets
+from molntk.regression.selection import relative_grid_from
+from molntk.regression.sparse import SparseKernelRegressor
 from molntk.scale.blocks import TEST, TRAIN
+from molntk.scale.progress import Progress, labelled
 
 #: Suffix of a sparse model's name in the report.
 SUFFIX = "-sparse"
@@ -55,7 +61,7 @@ class SparseKernels:
 
     def release(self) -> None:
         """Drop the matrices; out-of-core ones are deleted from disk (scratch, as
-        :meth:`~molntk.pipelines.qm9.ShellKernels.release`)."""
+        :meth:`~molntk.pipelines.qm9.exact.ShellKernels.release`)."""
         self.inducing = self.rows = np.zeros((0, 0))
         if self.folder is not None:
             shutil.rmtree(self.folder)
@@ -76,7 +82,7 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, en
     assembly = engine.assemble(
         kernel, np.arange(m), m + np.arange(len(sets.molecules)),
         test_boundaries=[*sets.sizes, n_train + n_test], storage=label,
-        progress=None if progress is None else (lambda done, total: progress(label, done, total)),
+        progress=labelled(progress, label),
     )
     seconds = assembly.seconds
     inducing_seconds = float(sum(s for b, s in zip(assembly.blocks, seconds) if b.matrix == TRAIN))
@@ -91,12 +97,10 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, en
     )
 
 
-def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, quadrature: bool) -> Any:
+def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9PropertyConfig,
+               quadrature: bool) -> SparseKernelRegressor:
     """Step 3's regressor: λ by LOO (or GCV) over the relative grid, floored for quadratures;
     K_mm's pseudo-inverse cut at ``sparse.rank_rtol``."""
-    from molntk.regression.selection import relative_grid_from
-    from molntk.regression.sparse import SparseKernelRegressor
-
     reg = config.regression
     grid = relative_grid_from(reg.psd_rtol) if quadrature else None
     cv = "gcv" if reg.cv == "gcv" else "loo"

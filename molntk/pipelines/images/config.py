@@ -10,7 +10,7 @@ from molntk.config import Count, FieldError, Section, Seed, TaskConfig, UserPath
 
 
 class ImageDataConfig(Section):
-    """Images of ``image-classification`` (see :mod:`molntk.pipelines.image_data`).
+    """Images of ``image-classification`` (see :mod:`molntk.pipelines.images.data`).
 
     ``digits``: scikit-learn's digits with random ``rotation`` (offline); ``nct-crc-he``: a
     folder of NCT-CRC-HE tiles at ``path`` (at most ``limit_per_class`` per class);

@@ -1,4 +1,4 @@
-"""The run and the files of ``task: qm9-property`` (:mod:`molntk.pipelines.qm9`).
+"""The files of ``task: qm9-property`` (:mod:`molntk.pipelines.qm9`): its run, then its files.
 
 Writes into ``results/<config name>/`` (or ``output``): ``report.json`` (records with
 ``model``, ``target``, ``n_train``, ``mae``, ``rmse``, ``r2``, ``unit``, ``fit_seconds``,
@@ -19,16 +19,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from molntk.pipelines.qm9 import CHEMICAL_ACCURACY_MEV, run_qm9_property
-from molntk.pipelines.qm9_config import QM9PropertyConfig
-from molntk.pipelines.report import output_dir, plot_learning_curve, save_figure, write_metrics_csv, write_report
+from molntk.pipelines.files import output_dir, plot_learning_curve, save_figure, write_metrics_csv, write_report
+from molntk.pipelines.qm9.config import QM9PropertyConfig
+from molntk.pipelines.qm9.run import run_qm9_property
 from molntk.scale.progress import Progress
 from molntk.utils.files import atomic_write_text
 
+#: Chemical accuracy for energies (meV), drawn on the learning curve.
+CHEMICAL_ACCURACY_MEV = 43.0
+
 
 def run_and_write(config: QM9PropertyConfig, source: str, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the pipeline (:func:`~molntk.pipelines.qm9.run_qm9_property`, reporting kernel
+    """Run the pipeline (:func:`~molntk.pipelines.qm9.run.run_qm9_property`, reporting kernel
     blocks to ``progress``), write the output files, return the result (without the
     per-molecule predictions, which go to ``predictions.csv``) with ``output``: the folder."""
     out = output_dir(config.name, config.output)
@@ -55,8 +59,6 @@ def run_and_write(config: QM9PropertyConfig, source: str, progress: Progress | N
 
 def _write_predictions(out: Path, predictions: dict[str, dict[str, list[float]]], truth: dict[str, list[float]]) -> None:
     """predictions.csv: one row per test molecule, columns ``<target>`` and ``<target>:<model>``."""
-    import pandas as pd
-
     columns: dict[str, list[float]] = {}
     for target, by_model in predictions.items():
         columns[target] = truth[target]
@@ -65,6 +67,7 @@ def _write_predictions(out: Path, predictions: dict[str, dict[str, list[float]]]
 
 
 def _plot_parity(path: Path, target: str, unit: str, truth: list[float], by_model: dict[str, list[float]], n: int) -> None:
+    """parity.png: predicted against true ``target`` at training size n, one panel per model (at most 4 a row)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+import torch
 import yaml
 
 from molntk._version import __version__
@@ -73,8 +75,6 @@ def jsonable(value: Any) -> Any:
 
 def versions() -> dict[str, str]:
     """Versions that produced a report: molntk, torch, Python and the platform."""
-    import torch
-
     return {
         "molntk": __version__,
         "torch": torch.__version__,
@@ -112,8 +112,6 @@ def write_metrics_csv(out_dir: str | Path, records: Sequence[Mapping[str, Any]])
     """Write ``metrics.csv``: one row per record; the columns are the union of the records'
     keys that hold a scalar (bool, int, float, str or None) in every record that has them,
     in first-seen order. Returns its path."""
-    import pandas as pd
-
     columns: list[str] = []
     for record in records:
         columns += [key for key in record if key not in columns]

@@ -1,0 +1,49 @@
+"""How a ``qm9-property`` run computes its kernel matrices (step 3 of :mod:`molntk.pipelines.qm9`).
+
+:class:`Engine` holds the run's :mod:`molntk.scale` settings (executor, block cache, block
+side, memory budget, out-of-core folder); :func:`block_kernel` makes a candidate's
+molecular kernel a block kernel on a group of molecules (or inducing environments).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from molntk.molecular import BlockKernelOf, InducingSet, MoleculeSet
+from molntk.pipelines.qm9.candidates import Candidate
+from molntk.scale import KernelAssembly, assemble_kernels
+from molntk.scale.progress import ProgressCallback
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How the run's kernel matrices are computed (:mod:`molntk.scale`): the executor, the
+    block cache (None: off), the block side and memory budget, and the folder of
+    out-of-core matrices (None: in RAM)."""
+
+    executor: Any
+    cache_dir: Path | None
+    block_molecules: int
+    memory_budget_mb: float | None
+    matrices_dir: Path | None
+
+    def assemble(self, block_kernel: Any, train: np.ndarray, test: np.ndarray | None = None, *,
+                 progress: ProgressCallback | None = None, storage: str | None = None, **plan: Any) -> KernelAssembly:
+        """:func:`~molntk.scale.assemble_kernels` of ``block_kernel`` under these settings; the
+        matrices go to ``matrices_dir / storage`` when both are given."""
+        storage_dir = None if self.matrices_dir is None or storage is None else self.matrices_dir / storage
+        return assemble_kernels(
+            block_kernel, train, test, cache_dir=self.cache_dir, memory_budget_mb=self.memory_budget_mb,
+            block_size=self.block_molecules, executor=self.executor, progress=progress, storage_dir=storage_dir, **plan,
+        )
+
+
+def block_kernel(candidate: Candidate, group: MoleculeSet | InducingSet) -> BlockKernelOf:
+    """The candidate's kernel on ``group`` as a block kernel of the matrix it is regressed on
+    (descriptors computed here); its cache key hashes the kernel's settings and the group's
+    fingerprint, so a rerun of the same config finds its blocks and nothing else does."""
+    return BlockKernelOf(candidate.kernel, group, outputs=(candidate.matrix,))

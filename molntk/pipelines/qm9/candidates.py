@@ -1,0 +1,115 @@
+"""The models of a ``qm9-property`` run and their hyperparameter candidates.
+
+A :class:`Candidate` is one hyperparameter setting of one model: its molecular kernel
+(:mod:`molntk.molecular`, :mod:`molntk.molecular.baselines`) and what the report says of it.
+:func:`build_candidates` turns the config's ``models`` section into the candidates of each
+model; the run chooses among them by cross-validation (:mod:`molntk.pipelines.qm9.exact`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from molntk.data.molecule import Molecule
+from molntk.kernels.so3 import SO3Grid
+from molntk.kernels.so3.spec import parse_architecture
+from molntk.molecular import MolecularKernel, SO3MolecularKernel
+from molntk.molecular.baselines import MLPNTK, AugmentedMLPNTK, BagOfBonds, CoulombMatrix, DScribeSOAPKernel, FCHL19Kernel
+from molntk.molecular.baselines import LaplacianKernel, MLPArchitecture, PowerSpectrumKernel, RotationSet, median_l1_width
+from molntk.pipelines.qm9.config import QM9PropertyConfig
+from molntk.scale.devices import resolve_device
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One hyperparameter setting of a model: report label, JSON parameters, its kernel, and
+    whether the kernel is a quadrature (accurate to ``regression.psd_rtol``, not to rounding)."""
+
+    label: str
+    params: dict[str, Any]
+    kernel: MolecularKernel
+    quadrature: bool = False
+
+    @property
+    def matrix(self) -> str:
+        """The matrix kernel ridge is fitted on: the kernel's last output (the NTK Θ of a
+        network's kernel, else the kernel itself)."""
+        return self.kernel.outputs[-1]
+
+
+def engine_options(config: QM9PropertyConfig) -> tuple[torch.dtype, str]:
+    """(dtype, device) of the kernel engine (``device: auto``: CUDA when available,
+    :func:`~molntk.scale.devices.resolve_device`)."""
+    dtype = torch.float64 if config.kernel.dtype == "float64" else torch.float32
+    return dtype, str(resolve_device(config.kernel.device))
+
+
+def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence[Molecule]) -> dict[str, list[Candidate]]:
+    """Model name → its hyperparameter candidates; Laplacian widths scale with the median
+    distance among ``reference`` (training molecules)."""
+    models, engine = config.models, config.kernel
+    features = config.features.feature_config()
+    dtype, device = engine_options(config)
+    pairing = "element" if engine.pairing == "atom-index" else engine.pairing  # the baselines'
+    out: dict[str, list[Candidate]] = {}
+    if models.so3_ntk is not None:
+        grid = SO3Grid(engine.grid_band_limit, engine.sampling)
+        out["so3-ntk"] = []
+        for c in models.so3_ntk.candidates:
+            net = parse_architecture(c.layers, sigma_w=c.sigma_w, sigma_b=c.sigma_b)
+            ctx = net.discretisation(grid, engine.mode, dtype, device)
+            label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
+            own = features
+            if c.smearing_width is not None:
+                own = dataclasses.replace(features, smearing_width=c.smearing_width)
+                label += f", smearing {c.smearing_width:g} rad"
+            kernel = SO3MolecularKernel(net, ctx, engine.pairing, reduce, engine.block_size, own)
+            out["so3-ntk"].append(Candidate(label, c.model_dump(), kernel, quadrature=engine.mode == "fast"))
+    mlp_like = (("mlp-ntk", models.mlp_ntk), ("augmented-mlp-ntk", models.augmented_mlp_ntk))
+    for name, section in mlp_like:
+        if section is None:
+            continue
+        out[name] = []
+        for c in section.candidates:
+            arch = MLPArchitecture(c.depth, c.activation, c.sigma_w, c.sigma_b)
+            label = f"depth {c.depth} {c.activation} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
+            options = {"pairing": pairing, "reduce": reduce, "block_size": engine.block_size}
+            if name == "mlp-ntk":
+                kernel = MLPNTK(features, arch, **options)
+            else:
+                rotations = RotationSet.differences(RotationSet.random(section.rotations, section.seed))
+                kernel = AugmentedMLPNTK(features, arch, rotations, **options)
+                label += f", {2 * section.rotations} rotations"
+            out[name].append(Candidate(label, c.model_dump(), kernel, quadrature=name != "mlp-ntk"))
+    if models.power_spectrum is not None:
+        out["power-spectrum"] = [
+            Candidate(f"ζ={z}", {"zeta": z}, PowerSpectrumKernel(features, z, pairing=pairing, reduce=reduce))
+            for z in models.power_spectrum.zetas
+        ]
+    if models.soap is not None:
+        soap = models.soap
+        out["soap-dscribe"] = [
+            Candidate(f"ζ={z}", {**soap.model_dump(exclude={"zetas"}), "zeta": z}, DScribeSOAPKernel(
+                r_cut=soap.r_cut, n_max=soap.n_max, l_max=soap.l_max, sigma=soap.sigma, zeta=z, pairing=pairing, reduce=reduce))
+            for z in soap.zetas
+        ]
+    if models.fchl19 is not None:
+        out["fchl19"] = [
+            Candidate(f"σ={w:g}", {"sigma": w}, FCHL19Kernel(w, pairing=pairing, reduce=reduce))
+            for w in models.fchl19.sigmas
+        ]
+    globals_ = (("cm-laplacian", models.coulomb_matrix, CoulombMatrix()), ("bob-laplacian", models.bag_of_bonds, BagOfBonds()))
+    for name, section, descriptor in globals_:
+        if section is not None:
+            median = median_l1_width(descriptor(list(reference)))
+            kernels = [LaplacianKernel(descriptor, f * median) for f in section.width_factors]
+            out[name] = [
+                Candidate(f"σ={k.sigma:.3g} ({f:g}× median)", {"width_factor": f, "sigma": k.sigma}, k)
+                for f, k in zip(section.width_factors, kernels)
+            ]
+    return out

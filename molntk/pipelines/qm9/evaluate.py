@@ -1,0 +1,104 @@
+"""Records of a ``qm9-property`` run (step 4 of :mod:`molntk.pipelines.qm9`).
+
+- the dressed-atom model: y ≈ Σ_Z c_Z n_Z (n_Z: the molecule's atoms of element Z), a
+  least-squares fit on the training molecules (:class:`~molntk.regression.DressedAtomModel`);
+  it is the floor of every learning curve and, for extensive energies, the baseline
+  whose residual y − Σ_Z c_Z n_Z the kernel models learn;
+- a record: MAE, RMSE and R² of the test predictions (:func:`~molntk.regression.regression_metrics`),
+  with the model, target, training size, unit, times and what else a model adds;
+- the invariance error: the standard deviation of a molecule's predictions over its
+  original and its rotated copies, averaged over the invariance set, in target units.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from molntk.data.molecule import Molecule
+from molntk.data.qm9 import QM9_ELEMENTS
+from molntk.pipelines.qm9.sets import QM9Sets
+from molntk.regression import DressedAtomModel, element_counts, regression_metrics
+
+
+def dressed_atom(train: Sequence[Molecule], y_train: np.ndarray, *others: Sequence[Molecule]) -> tuple[np.ndarray, ...]:
+    """Dressed-atom predictions (fitted on ``train``) for ``train`` and each of ``others``."""
+    model = DressedAtomModel().fit(element_counts(train, QM9_ELEMENTS), y_train)
+    return tuple(model.predict(element_counts(mols, QM9_ELEMENTS)) for mols in (train, *others))
+
+
+def residual_targets(sets: QM9Sets, target: str, residual: bool, n: int) -> np.ndarray:
+    """Targets of the first n training molecules, minus their dressed-atom fit when ``residual``."""
+    y = sets.train_targets[target][:n]
+    if not residual:
+        return y
+    return y - dressed_atom(sets.train_molecules[:n], y)[0]
+
+
+def invariance_error(pred_test: np.ndarray, pred_rot: np.ndarray, n_rotations: int) -> float | None:
+    """mean over molecules of std(prediction over the original and its rotated copies)."""
+    if pred_rot.size == 0:
+        return None
+    n = pred_rot.shape[0] // n_rotations
+    orbit = np.concatenate([pred_test[:n, None], pred_rot.reshape(n, n_rotations)], axis=1)
+    return float(orbit.std(axis=1).mean())
+
+
+def metrics_record(model: str, target: str, n: int, unit: str, y_true: np.ndarray, y_pred: np.ndarray,
+                   **extra: Any) -> dict[str, Any]:
+    """``{"model", "target", "n_train", "mae", "rmse", "r2", "unit", **extra}`` of test predictions ``y_pred``."""
+    metrics = regression_metrics(y_true, y_pred)
+    return {"model": model, "target": target, "n_train": n, **metrics, "unit": unit, **extra}
+
+
+def dressed_atom_records(sets: QM9Sets, targets: list[str], records: list, predictions: dict) -> None:
+    """The dressed-atom floor for each target and training size (appended to ``records``;
+    its test predictions at the largest size into ``predictions[target]["dressed-atom"]``)."""
+    for target in targets:
+        for n in sets.sizes:
+            start = time.perf_counter()
+            _, pred = dressed_atom(sets.train_molecules[:n], sets.train_targets[target][:n], sets.test_molecules)
+            seconds = time.perf_counter() - start
+            records.append(
+                metrics_record("dressed-atom", target, n, sets.units[target], sets.test_targets[target], pred,
+                               fit_seconds=seconds, predict_seconds=0.0,
+                               invariance_error=0.0 if sets.n_rotated else None, hyperparameters="per-element linear")
+            )
+            if n == sets.sizes[-1]:
+                predictions.setdefault(target, {})["dressed-atom"] = pred.tolist()
+
+
+def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int, predictions: dict, *,
+                   fit: Callable[[np.ndarray], Any], test_kernel: np.ndarray, rotated_kernel: np.ndarray,
+                   kernel_seconds: tuple[float, float], hyperparameters: str, **extra: Any) -> dict[str, Any]:
+    """The record of one kernel model at training size n: the dressed-atom model (when
+    ``residual``), ``fit`` on the residual targets of the first n training molecules (a
+    fitted regressor with ``predict`` and the fitted attributes ``reg_relative_``, ``solver_``,
+    ``cv_result_``, ``condition_number_``, ``eigenvalues_clipped_``), predictions from its kernels against
+    the test set and the rotated copies; ``kernel_seconds`` (training, test) are added to
+    the measured fit and predict times; ``extra`` goes into the record."""
+    y = sets.train_targets[target][:n]
+    start = time.perf_counter()
+    if residual:
+        base_train, base_test, base_rot = dressed_atom(sets.train_molecules[:n], y, sets.test_molecules, sets.rotated_molecules)
+    else:
+        base_train, base_test, base_rot = np.zeros(n), np.zeros(sets.n_test), np.zeros(sets.n_rotated)
+    model = fit(y - base_train)
+    fit_seconds = kernel_seconds[0] + time.perf_counter() - start
+    start = time.perf_counter()
+    pred = base_test + model.predict(test_kernel)
+    predict_seconds = kernel_seconds[1] + time.perf_counter() - start
+    pred_rot = base_rot + model.predict(rotated_kernel) if sets.n_rotated else np.zeros(0)
+    if n == sets.sizes[-1]:
+        predictions.setdefault(target, {})[name] = pred.tolist()
+    return metrics_record(
+        name, target, n, sets.units[target], sets.test_targets[target], pred,
+        fit_seconds=fit_seconds, predict_seconds=predict_seconds,
+        invariance_error=invariance_error(pred, pred_rot, sets.n_rotations),
+        hyperparameters=hyperparameters, reg_relative=model.reg_relative_, solver=model.solver_,
+        reg_at_grid_edge=None if model.cv_result_ is None else model.cv_result_.at_grid_edge,
+        condition_number=model.condition_number_, eigenvalues_clipped=model.eigenvalues_clipped_, **extra,
+    )

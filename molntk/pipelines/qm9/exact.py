@@ -1,0 +1,153 @@
+"""Exact kernel models of a ``qm9-property`` run (steps 2–4 of :mod:`molntk.pipelines.qm9`).
+
+- selection: each candidate's kernel on the first ``n_select`` training molecules, kernel
+  ridge with λ by cross-validation, lowest CV RMSE wins (:func:`select_candidate`);
+- the chosen kernel from the block engine: K(train, train) of the largest exact training
+  size and K(test and rotated copies, train), with a block boundary at every training
+  size, so the kernel of size n is the top-left block and its cost the measured seconds
+  of the blocks inside it (:func:`shell_kernels`);
+- per target and size: kernel ridge (the NTK mean at t = ∞) on the dressed-atom residual,
+  evaluated on the test set and the rotated copies (:func:`exact_records`).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from molntk.molecular import BlockKernelOf, MoleculeSet
+from molntk.pipelines.qm9.assembly import Engine, block_kernel
+from molntk.pipelines.qm9.candidates import Candidate
+from molntk.pipelines.qm9.config import QM9PropertyConfig
+from molntk.pipelines.qm9.evaluate import evaluate_model
+from molntk.pipelines.qm9.sets import QM9Sets
+from molntk.regression import KernelRegressor
+from molntk.regression.selection import relative_grid_from
+from molntk.regression.solvers import cholesky_fits
+from molntk.scale.memory import available_ram_bytes
+from molntk.scale.progress import Progress, labelled
+
+
+def fit_kernel_ridge(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, quadrature: bool,
+                     reg_relative: float | None = None) -> KernelRegressor:
+    """Kernel ridge (the NTK mean at t = ∞).
+
+    Without ``reg_relative``: λ by the configured cross-validation from one
+    eigendecomposition. A quadrature kernel is accurate to about psd_rtol relative, so λ is
+    searched only down to psd_rtol · mean(diag K): a smaller λ would fit the quadrature
+    error (it amplifies a 1e-4 kernel error into prediction errors larger than the signal;
+    measured on QM9).
+
+    With ``reg_relative`` (training sets above ``regression.eigh_max``, where an O(n³)
+    eigendecomposition is too slow): λ = reg_relative · mean(diag K), the relative λ chosen
+    by CV at a smaller nested size, and (K + λI) W = y solved by Cholesky (when its factor
+    fits a quarter of the available RAM, or ``large_solver: cholesky``) or by PCG.
+    """
+    reg = config.regression
+    if reg_relative is None:
+        grid = relative_grid_from(reg.psd_rtol) if quadrature else None
+        return KernelRegressor("ntk", reg="cv", cv=reg.cv, psd_rtol=reg.psd_rtol, relative_grid=grid).fit(K, y)
+    solver = reg.large_solver
+    if solver == "auto":
+        solver = "cholesky" if cholesky_fits(len(K), available_ram_bytes() // 4) else "pcg"
+    lam = reg_relative * float(np.mean(np.diagonal(K)))
+    return KernelRegressor("ntk", reg=lam, solver=solver, pcg_tol=reg.pcg_tol, psd_rtol=reg.psd_rtol).fit(K, y)
+
+
+def select_candidate(
+    candidates: list[Candidate], selection: MoleculeSet, y: np.ndarray, config: QM9PropertyConfig, engine: Engine,
+) -> tuple[int, list[dict[str, Any]]]:
+    """Index of the candidate with the lowest CV error on the ``selection`` molecules
+    (targets ``y``), and the search table. Each candidate describes only the selection molecules, one candidate
+    at a time, so the losing candidates never hold descriptors of the whole run."""
+    if len(candidates) == 1:
+        return 0, [{"candidate": candidates[0].label, "params": candidates[0].params, "cv_rmse": None, "chosen": True}]
+    rows = []
+    for cand in candidates:
+        selection_kernel = engine.assemble(block_kernel(cand, selection), np.arange(len(y)))
+        model = fit_kernel_ridge(selection_kernel.matrices[f"{cand.matrix}_train"], y, config, cand.quadrature)
+        curve = model.cv_result_
+        rmse = math.sqrt(curve.scores[curve.best_index]) * float(np.mean(model.target_scale_))
+        rows.append({
+            "candidate": cand.label,
+            "params": cand.params,
+            "cv_rmse": rmse,
+            "reg_relative": model.reg_relative_,
+            "at_grid_edge": curve.at_grid_edge,
+            "kernel_seconds": float(selection_kernel.seconds.sum()),
+        })
+    best = int(np.argmin([row["cv_rmse"] for row in rows]))
+    for i, row in enumerate(rows):
+        row["chosen"] = i == best
+    return best, rows
+
+
+@dataclass
+class ShellKernels:
+    """The chosen kernel on the run's sets and the compute seconds of the training and test
+    kernels of each training size (cumulative over the nested sizes)."""
+
+    train: np.ndarray
+    test: np.ndarray
+    rotated: np.ndarray
+    train_seconds: np.ndarray
+    test_seconds: np.ndarray
+    folder: Path | None = None
+
+    @property
+    def storage(self) -> str:
+        return "memory" if self.folder is None else "disk"
+
+    def release(self) -> None:
+        """Drop the matrices; out-of-core ones are deleted from disk (they are scratch:
+        the block cache is what a rerun reuses, and a full-QM9 matrix is ~97 GB)."""
+        self.train = self.test = self.rotated = np.zeros((0, 0))
+        if self.folder is not None:
+            shutil.rmtree(self.folder)
+
+
+def shell_kernels(kernel: BlockKernelOf, sets: QM9Sets, engine: Engine, progress: Progress | None,
+                  label: str, sizes: Sequence[int] | None = None) -> ShellKernels:
+    """K(train, train) and K(test and rotated, train) from the block engine (module
+    docstring) for the training ``sizes`` (default: all of the run's): blocks start
+    at every training size and at the end of the test set (so the test kernel's cost is
+    measured apart from the rotated copies')."""
+    sizes = sets.sizes if sizes is None else list(sizes)
+    n, m = sizes[-1], sets.n_test
+    assembly = engine.assemble(
+        kernel, np.arange(n), sets.n_train + np.arange(m + sets.n_rotated),
+        boundaries=sizes, test_boundaries=[m], storage=label, progress=labelled(progress, label),
+    )
+    (matrix,) = kernel.outputs
+    K_test = assembly.matrices[f"{matrix}_test"]
+    seconds = np.array([assembly.seconds_up_to(size, test_rows=m) for size in sizes])
+    folder = None if engine.matrices_dir is None else engine.matrices_dir / label
+    return ShellKernels(assembly.matrices[f"{matrix}_train"], K_test[:m], K_test[m:], seconds[:, 0], seconds[:, 1], folder)
+
+
+def exact_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: ShellKernels, name: str, chosen: Candidate,
+                  target: str, residual: bool, sizes: Sequence[int], predictions: dict) -> list[dict[str, Any]]:
+    """Records of the exact model for ``target`` at each of the training ``sizes`` (those
+    of ``kernels``): kernel ridge on the first n rows; above ``regression.eigh_max`` with the
+    relative λ of the largest size at or below it (:func:`fit_kernel_ridge`)."""
+    records = []
+    reg_relative = None  # of the largest size ≤ eigh_max, for the sizes above it
+    for k, n in enumerate(sizes):
+        large = n > config.regression.eigh_max
+        fixed = reg_relative if large else None
+        record = evaluate_model(
+            sets, name, target, residual, n, predictions,
+            fit=lambda z, n=n, fixed=fixed: fit_kernel_ridge(kernels.train[:n, :n], z, config, chosen.quadrature, fixed),
+            test_kernel=kernels.test[:, :n], rotated_kernel=kernels.rotated[:, :n],
+            kernel_seconds=(float(kernels.train_seconds[k]), float(kernels.test_seconds[k])),
+            hyperparameters=chosen.label,
+        )
+        reg_relative = reg_relative if large else record["reg_relative"]
+        records.append(record)
+    return records

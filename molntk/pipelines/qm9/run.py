@@ -1,0 +1,117 @@
+"""The run of ``task: qm9-property`` (:mod:`molntk.pipelines.qm9`, steps 1–5): returns its
+results as data; :mod:`molntk.pipelines.qm9.files` writes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from molntk.molecular import MoleculeSet
+from molntk.pipelines.qm9.assembly import Engine, block_kernel
+from molntk.pipelines.qm9.candidates import build_candidates, engine_options
+from molntk.pipelines.qm9.config import QM9PropertyConfig
+from molntk.pipelines.qm9.evaluate import dressed_atom_records, residual_targets
+from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels
+from molntk.pipelines.qm9.sets import QM9Sets, load_sets
+from molntk.pipelines.qm9.sparse import SUFFIX, sparse_kernels, sparse_records
+from molntk.scale import open_executor, torch_threads
+from molntk.scale.progress import Progress
+
+#: Targets whose kernels average over atom pairs when ``reduce: auto`` (intensive).
+INTENSIVE_TARGETS = frozenset({"homo", "lumo", "gap"})
+#: Targets learned as residuals of the dressed-atom model when ``residual: auto`` (extensive energies).
+DRESSED_ATOM_TARGETS = frozenset({"u0", "u", "h", "g", "u0_atom", "u_atom", "h_atom", "g_atom", "zpve"})
+
+
+def target_settings(config: QM9PropertyConfig, target: str) -> tuple[str, bool]:
+    """(reduce, dressed-atom residual) for ``target`` under the config's ``auto`` rules."""
+    reg = config.regression
+    reduce = reg.reduce if reg.reduce != "auto" else ("mean" if target in INTENSIVE_TARGETS else "sum")
+    residual = reg.residual == "dressed-atom" or (reg.residual == "auto" and target in DRESSED_ATOM_TARGETS)
+    return reduce, residual
+
+
+def run_qm9_property(
+    config: QM9PropertyConfig,
+    source: str,
+    progress: Progress | None = None,
+    cache_dir: Path | None = None,
+    matrices_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Run the pipeline; returns ``{"records", "search", "predictions", "kernel_seconds",
+    "sizes", …}``. Kernel blocks are cached under ``cache_dir`` when given; with
+    ``compute.storage: disk`` the chosen kernels are ``.npy`` memory maps under ``matrices_dir``."""
+    compute = config.compute
+    if compute.storage == "disk" and matrices_dir is None:
+        raise ValueError("compute.storage 'disk' needs a folder for the kernel matrices (matrices_dir)")
+    dtype, device = engine_options(config)
+    with torch_threads(config.kernel.threads):
+        threads = torch.get_num_threads()
+        sets = load_sets(config, source, dtype, device)
+        with open_executor(compute.executor, device=device, workers=compute.workers, scheduler=compute.scheduler) as executor:
+            engine = Engine(executor, cache_dir, compute.block_molecules, compute.memory_budget_mb,
+                            matrices_dir if compute.storage == "disk" else None)
+            records, search, predictions, kernel_seconds = _run_models(config, sets, engine, progress)
+    return {
+        "records": records,
+        "search": search,
+        "predictions": predictions,
+        "kernel_seconds": kernel_seconds,
+        "sizes": sets.sizes,
+        "n_test": sets.n_test,
+        "n_invariance_molecules": sets.n_rotated // sets.n_rotations,
+        "device": device,
+        "executor": type(executor).__name__,
+        "dtype": str(dtype).removeprefix("torch."),
+        "threads": threads,
+        "test_targets": {t: sets.test_targets[t].tolist() for t in config.targets},
+        "units": sets.units,
+    }
+
+
+def _run_models(config: QM9PropertyConfig, sets: QM9Sets, engine: Engine, progress: Progress | None) -> tuple[list, list, dict, list]:
+    """Dressed atoms, then every model: candidates chosen on the selection set, the chosen
+    kernel on the learning curve; targets that share a reduction share the kernels."""
+    records: list[dict[str, Any]] = []
+    search: list[dict[str, Any]] = []
+    predictions: dict[str, dict[str, list[float]]] = {}
+    kernel_seconds: list[dict[str, Any]] = []
+    by_reduce: dict[str, list[str]] = {}
+    for target in config.targets:
+        by_reduce.setdefault(target_settings(config, target)[0], []).append(target)
+    residual = {t: target_settings(config, t)[1] for t in config.targets}
+    dressed_atom_records(sets, config.targets, records, predictions)
+    exact_up_to = None if config.sparse is None else config.sparse.exact_up_to
+    exact_sizes = [n for n in sets.sizes if exact_up_to is None or n <= exact_up_to]
+    n_select = config.learning_curve.n_select
+    selection = MoleculeSet(sets.train_molecules[:n_select], sets.molecules.dtype, sets.molecules.device)
+    for reduce, targets in by_reduce.items():
+        y_sel = np.stack([residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
+        for name, candidates in build_candidates(config, reduce, sets.train_molecules[:n_select]).items():
+            best, rows = select_candidate(candidates, selection, y_sel, config, engine)
+            search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
+            chosen = candidates[best]
+            if exact_sizes:
+                kernel = block_kernel(chosen, sets.molecules)
+                shells = shell_kernels(kernel, sets, engine, progress, f"{name}-{reduce}", exact_sizes)
+                kernel_seconds.append({"model": name, "reduce": reduce, "train": float(shells.train_seconds[-1]),
+                                       "test": float(shells.test_seconds[-1]), "storage": shells.storage})
+                for target in targets:
+                    records += exact_records(config, sets, shells, name, chosen, target, residual[target], exact_sizes,
+                                             predictions)
+                shells.release()
+                del kernel  # its descriptors (GBs at large N) before the sparse model makes its own
+            if config.sparse is not None and name.replace("-", "_") in config.sparse.models:
+                label = f"{name}{SUFFIX}-{reduce}"
+                sparse = sparse_kernels(chosen, sets, config.sparse, engine, progress, label)
+                kernel_seconds.append({"model": name + SUFFIX, "reduce": reduce, "inducing": sparse.inducing_seconds,
+                                       "train": sparse.inducing_seconds + sparse.seconds_between(0, sets.n_train),
+                                       "test": sparse.seconds_between(sets.n_train, sets.n_train + sets.n_test),
+                                       "storage": "memory" if engine.matrices_dir is None else "disk"})
+                for target in targets:
+                    records += sparse_records(config, sets, sparse, name, chosen, target, residual[target], predictions)
+                sparse.release()
+    return records, search, predictions, kernel_seconds

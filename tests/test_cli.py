@@ -206,7 +206,7 @@ def test_molntk_error_is_one_red_line(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: object, **kwargs: object) -> None:
         raise CacheError("QM9 cache lock held by another process")
 
-    monkeypatch.setattr("molntk.data.qm9.load_qm9", broken)
+    monkeypatch.setattr("molntk.cli.data.load_qm9", broken)
     result = invoke("data", "qm9", "--summary")
     assert result.exit_code == 1
     assert error_lines(result) == ["QM9 cache lock held by another process"]

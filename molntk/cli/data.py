@@ -9,6 +9,10 @@ import typer
 from rich.text import Text
 
 from molntk.cli.output import print_json, print_qm9_summary, print_read_result, stdout
+from molntk.data.molecule import element_number
+from molntk.data.qm9 import load_qm9, qm9_cache_dir, qm9_summary
+from molntk.data.readers import ReadResult, read_molecules, read_smiles
+from molntk.errors import InputError
 
 app = typer.Typer(help="Datasets and molecule files.", no_args_is_help=True)
 
@@ -35,8 +39,6 @@ def qm9(
 
     Without --summary only the molecule count and the cache location are printed.
     """
-    from molntk.data.qm9 import load_qm9, qm9_cache_dir, qm9_summary
-
     data = load_qm9(cache_dir, rebuild=rebuild)
     if summary:
         report = qm9_summary(data, seed=seed)
@@ -55,9 +57,6 @@ def _parse_elements(text: str | None) -> list[int] | None:
     """``"H,C,N,O,F"`` → atomic numbers; a bad symbol is a usage error."""
     if text is None:
         return None
-    from molntk.data.molecule import element_number
-    from molntk.errors import InputError
-
     symbols = [s.strip() for s in text.split(",") if s.strip()]
     if not symbols:
         raise typer.BadParameter("expected element symbols such as H,C,N,O,F", param_hint="--elements")
@@ -98,8 +97,6 @@ def read(
     if not paths and not smiles:
         raise typer.BadParameter("give at least one PATH or --smiles", param_hint="PATH")
     allowed = _parse_elements(elements)
-    from molntk.data.readers import ReadResult, read_molecules, read_smiles
-
     options = {"allowed_elements": allowed} | ({} if seed is None else {"seed": seed})
     from_files = read_molecules(paths or (), add_hs=add_hs, **options)
     from_smiles = read_smiles(smiles or (), **options)

@@ -6,12 +6,14 @@ import platform
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
+import torch
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from molntk._version import __version__
 from molntk.cli.output import cells, print_json, stdout
+from molntk.data.qm9 import qm9_cache_dir
 
 #: Distributions whose versions ``molntk info`` reports, besides molntk and Python.
 PACKAGES = ("torch", "triton", "e3nn", "torch-geometric", "rdkit", "numpy")  # triton: the CUDA kernels
@@ -32,8 +34,6 @@ def versions() -> dict[str, str | None]:
 
 def torch_info() -> dict[str, Any]:
     """Torch's default device, CUDA availability and devices, and its number of CPU threads."""
-    import torch
-
     cuda = torch.cuda.is_available()
     return {
         "default_device": str(torch.get_default_device()),
@@ -46,8 +46,6 @@ def torch_info() -> dict[str, Any]:
 
 def cache_info() -> dict[str, str]:
     """The molntk cache directory in effect (``$MOLNTK_CACHE_DIR`` or the user cache) and the QM9 cache in it."""
-    from molntk.data.qm9 import qm9_cache_dir
-
     qm9 = qm9_cache_dir()
     return {"dir": str(qm9.parent), "qm9": str(qm9)}
 

@@ -16,9 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
+import pandas as pd
 import typer
 
 from molntk.cli.output import print_json, print_read_result
+from molntk.data.readers import ReadResult, read_molecules, read_smiles
+from molntk.regression.so3_regressor import SO3NTKRegressor
+from molntk.utils.files import atomic_write_text
 
 #: Exit status when any input item failed.
 EXIT_ITEMS_FAILED = 1
@@ -52,13 +57,6 @@ def predict(
                 f"with both --input and --smiles, repeat the flag for each item ({more[0]!r} is ambiguous)", param_hint="--smiles"
             )
         inputs, smiles = (inputs + more, smiles) if inputs else (inputs, smiles + more)
-    import numpy as np
-    import pandas as pd
-
-    from molntk.data.readers import ReadResult, read_molecules, read_smiles
-    from molntk.regression.so3_regressor import SO3NTKRegressor
-    from molntk.utils.files import atomic_write_text
-
     regressor = SO3NTKRegressor.load(model)
     allowed = list(regressor.elements)
     from_files = read_molecules(inputs or (), allowed_elements=allowed)

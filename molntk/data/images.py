@@ -29,6 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import tifffile
+from PIL import Image
+from scipy import ndimage
+from sklearn.datasets import load_digits
 
 from molntk.errors import InputError
 
@@ -87,8 +91,6 @@ def _finish(
 
 def _resize(image: np.ndarray, size: int | None) -> np.ndarray:
     """(H, W, C) uint8 → (size, size, C) float64 in [0, 1] (bilinear, antialiased by pillow)."""
-    from PIL import Image
-
     if size is not None and image.shape[:2] != (size, size):
         channels = [Image.fromarray(image[..., c]).resize((size, size), Image.BILINEAR) for c in range(image.shape[2])]
         image = np.stack([np.asarray(c) for c in channels], axis=-1)
@@ -100,12 +102,8 @@ def read_tile(path: str | Path) -> np.ndarray:
     path = Path(path)
     try:
         if path.suffix.lower() in (".tif", ".tiff"):
-            import tifffile
-
             image = tifffile.imread(path)
         else:
-            from PIL import Image
-
             with Image.open(path) as img:
                 image = np.asarray(img)
     except Exception as err:  # any reader failure: the file is not a readable image
@@ -229,9 +227,6 @@ def load_digits_rotated(
     "quarter" (exact np.rot90 by a uniform multiple of 90°) or "none". The first ``n``
     digits (all 1797 by default); ``angles`` holds each image's angle in radians.
     """
-    from scipy import ndimage
-    from sklearn.datasets import load_digits
-
     if rotation not in ("continuous", "quarter", "none"):
         raise ValueError(f"rotation must be 'continuous', 'quarter' or 'none', got {rotation!r}")
     digits = load_digits()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 
 from molntk.scale.blocks import BlockKernel, timed_block
 
@@ -51,8 +52,6 @@ class SerialExecutor:
 
 def cuda_devices() -> list[str]:
     """``cuda:0`` … ``cuda:{D-1}`` for the visible GPUs (empty without CUDA)."""
-    import torch
-
     return [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import torch
+
 #: Default largest block side (molecules): fine enough for resuming, progress and
 #: parallel workers, coarse enough that per-block overhead is negligible.
 MAX_BLOCK = 256
@@ -42,8 +44,6 @@ def available_ram_bytes() -> int:
 
 def free_cuda_bytes(device: str) -> int:
     """Free memory of a CUDA device in bytes."""
-    import torch
-
     free, _total = torch.cuda.mem_get_info(torch.device(device))
     return int(free)
 

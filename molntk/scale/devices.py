@@ -8,13 +8,14 @@ from contextlib import contextmanager
 import torch
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, key: str = "device") -> torch.device:
     """The torch device a configuration's ``device`` names: ``auto`` is CUDA when torch sees
-    a GPU, else the CPU; ``cuda`` without a GPU is a ValueError; any other name as given."""
+    a GPU, else the CPU; ``cuda`` without a GPU is a ValueError naming the config ``key``;
+    any other name as given."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("compute.device is 'cuda' but torch sees no CUDA device")
+        raise ValueError(f"{key} is 'cuda' but torch sees no CUDA device")
     return torch.device(name)
 
 

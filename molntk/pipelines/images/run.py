@@ -27,7 +27,7 @@ def run_image_classification(
     start = time.perf_counter()
     net, n_max = config.network, max(config.n_train)
     split = load_image_split(config.data, n_max, source)
-    device, dtype = resolve_device(config.compute.device), getattr(torch, config.compute.dtype)
+    device, dtype = resolve_device(config.compute.device, "compute.device"), getattr(torch, config.compute.dtype)
     x_train = torch.as_tensor(split.x_train, dtype=dtype, device=device)
     x_test = torch.as_tensor(split.x_test, dtype=dtype, device=device)
     n_test, n_orbit, n_classes = len(split.y_test), config.n_orbit or len(split.y_test), len(split.classes)

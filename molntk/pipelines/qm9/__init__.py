@@ -36,7 +36,7 @@ Modules (data flows down the list; each imports only those above it):
 - :mod:`~molntk.pipelines.qm9.candidates`: the models and their hyperparameter candidates
   (``build_candidates``);
 - :mod:`~molntk.pipelines.qm9.evaluate`: dressed atoms, records, invariance error (step 4);
-- :mod:`~molntk.pipelines.qm9.assembly`: the block engine's settings (``Engine``) and
+- :mod:`~molntk.pipelines.qm9.assembly`: the block engine's settings (``BlockAssembler``) and
   ``block_kernel``;
 - :mod:`~molntk.pipelines.qm9.exact`: candidate selection (step 2), the chosen kernel
   (step 3) and the exact fits (step 4);

@@ -1,6 +1,6 @@
 """How a ``qm9-property`` run computes its kernel matrices (step 3 of :mod:`molntk.pipelines.qm9`).
 
-:class:`Engine` holds the run's :mod:`molntk.scale` settings (executor, block cache, block
+:class:`BlockAssembler` holds the run's :mod:`molntk.scale` settings (executor, block cache, block
 side, memory budget, out-of-core folder); :func:`block_kernel` makes a candidate's
 molecular kernel a block kernel on a group of molecules (or inducing environments).
 """
@@ -20,7 +20,7 @@ from molntk.scale.progress import ProgressCallback
 
 
 @dataclass(frozen=True)
-class Engine:
+class BlockAssembler:
     """How the run's kernel matrices are computed (:mod:`molntk.scale`): the executor, the
     block cache (None: off), the block side and memory budget, and the folder of
     out-of-core matrices (None: in RAM)."""

@@ -42,11 +42,11 @@ class Candidate:
         return self.kernel.outputs[-1]
 
 
-def engine_options(config: QM9PropertyConfig) -> tuple[torch.dtype, str]:
+def dtype_and_device(config: QM9PropertyConfig) -> tuple[torch.dtype, str]:
     """(dtype, device) of the kernel engine (``device: auto``: CUDA when available,
     :func:`~molntk.scale.devices.resolve_device`)."""
     dtype = torch.float64 if config.kernel.dtype == "float64" else torch.float32
-    return dtype, str(resolve_device(config.kernel.device))
+    return dtype, str(resolve_device(config.kernel.device, "kernel.device"))
 
 
 def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence[Molecule]) -> dict[str, list[Candidate]]:
@@ -54,7 +54,7 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
     distance among ``reference`` (training molecules)."""
     models, engine = config.models, config.kernel
     features = config.features.feature_config()
-    dtype, device = engine_options(config)
+    dtype, device = dtype_and_device(config)
     pairing = "element" if engine.pairing == "atom-index" else engine.pairing  # the baselines'
     out: dict[str, list[Candidate]] = {}
     if models.so3_ntk is not None:

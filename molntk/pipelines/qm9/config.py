@@ -2,7 +2,7 @@
 data section it shares with ``task: qm9-summary`` (:mod:`molntk.pipelines.qm9_summary`).
 
 Sections: ``data`` (:class:`QM9DataConfig`), ``targets``, ``learning_curve``,
-``features`` (:class:`FeatureMapsSection`: the keys of a
+``features`` (:class:`FeatureMapsConfig`: the keys of a
 :class:`~molntk.features.environments.FeatureConfig`), ``kernel``, ``models``,
 ``regression``, ``invariance``, ``compute``, ``sparse``, ``output``, ``cache``.
 """
@@ -65,7 +65,7 @@ class QM9DataConfig(Section):
 
 
 
-class FeatureMapsSection(Section):
+class FeatureMapsConfig(Section):
     """Environment feature maps (:class:`~molntk.features.environments.FeatureConfig`):
     band limit L, angular smearing σ (rad) and radial basis (``kind: gaussian`` with
     ``n``, ``r_min``, ``r_cut``, ``width``; or ``kind: coulomb`` with ``powers``)."""
@@ -75,7 +75,7 @@ class FeatureMapsSection(Section):
     radial: dict[str, Any] = {"kind": "gaussian", "n": 6, "r_min": 0.5, "r_cut": 5.0}
 
     @model_validator(mode="after")
-    def _valid_radial(self) -> FeatureMapsSection:
+    def _valid_radial(self) -> FeatureMapsConfig:
         try:
             self.feature_config()
         except ValueError as err:
@@ -87,7 +87,7 @@ class FeatureMapsSection(Section):
         return FeatureConfig.from_dict(self.model_dump())
 
 
-class KernelEngineConfig(Section):
+class KernelConfig(Section):
     """How SO(3) kernels are evaluated: ``mode`` (fast: invariant recursion; exact: the
     discretised network), the SO(3) grid (``grid_band_limit``, ``sampling``), atom
     ``pairing`` (element-resolved or shared network), ``dtype``, ``device`` (auto: CUDA
@@ -324,8 +324,8 @@ class QM9PropertyConfig(TaskConfig):
     data: QM9DataConfig = QM9DataConfig()
     targets: Annotated[list[str], Field(min_length=1), AfterValidator(_known_qm9_targets)] = ["u0_atom"]
     learning_curve: LearningCurveConfig = LearningCurveConfig()
-    features: FeatureMapsSection = FeatureMapsSection()
-    kernel: KernelEngineConfig = KernelEngineConfig()
+    features: FeatureMapsConfig = FeatureMapsConfig()
+    kernel: KernelConfig = KernelConfig()
     models: QM9ModelsConfig = QM9ModelsConfig()
     regression: QM9RegressionConfig = QM9RegressionConfig()
     invariance: InvarianceConfig = InvarianceConfig()

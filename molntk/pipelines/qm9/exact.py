@@ -2,7 +2,7 @@
 
 - selection: each candidate's kernel on the first ``n_select`` training molecules, kernel
   ridge with λ by cross-validation, lowest CV RMSE wins (:func:`select_candidate`);
-- the chosen kernel from the block engine: K(train, train) of the largest exact training
+- the chosen kernel from the block assembler: K(train, train) of the largest exact training
   size and K(test and rotated copies, train), with a block boundary at every training
   size, so the kernel of size n is the top-left block and its cost the measured seconds
   of the blocks inside it (:func:`shell_kernels`);
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from molntk.molecular import BlockKernelOf, MoleculeSet
-from molntk.pipelines.qm9.assembly import Engine, block_kernel
+from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
 from molntk.pipelines.qm9.candidates import Candidate
 from molntk.pipelines.qm9.config import QM9PropertyConfig
 from molntk.pipelines.qm9.evaluate import evaluate_model
@@ -61,7 +61,7 @@ def fit_kernel_ridge(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, qu
 
 
 def select_candidate(
-    candidates: list[Candidate], selection: MoleculeSet, y: np.ndarray, config: QM9PropertyConfig, engine: Engine,
+    candidates: list[Candidate], selection: MoleculeSet, y: np.ndarray, config: QM9PropertyConfig, assembler: BlockAssembler,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Index of the candidate with the lowest CV error on the ``selection`` molecules
     (targets ``y``), and the search table. Each candidate describes only the selection molecules, one candidate
@@ -70,7 +70,7 @@ def select_candidate(
         return 0, [{"candidate": candidates[0].label, "params": candidates[0].params, "cv_rmse": None, "chosen": True}]
     rows = []
     for cand in candidates:
-        selection_kernel = engine.assemble(block_kernel(cand, selection), np.arange(len(y)))
+        selection_kernel = assembler.assemble(block_kernel(cand, selection), np.arange(len(y)))
         model = fit_kernel_ridge(selection_kernel.matrices[f"{cand.matrix}_train"], y, config, cand.quadrature)
         curve = model.cv_result_
         rmse = math.sqrt(curve.scores[curve.best_index]) * float(np.mean(model.target_scale_))
@@ -112,22 +112,22 @@ class ShellKernels:
             shutil.rmtree(self.folder)
 
 
-def shell_kernels(kernel: BlockKernelOf, sets: QM9Sets, engine: Engine, progress: Progress | None,
+def shell_kernels(kernel: BlockKernelOf, sets: QM9Sets, assembler: BlockAssembler, progress: Progress | None,
                   label: str, sizes: Sequence[int] | None = None) -> ShellKernels:
-    """K(train, train) and K(test and rotated, train) from the block engine (module
+    """K(train, train) and K(test and rotated, train) from the block assembler (module
     docstring) for the training ``sizes`` (default: all of the run's): blocks start
     at every training size and at the end of the test set (so the test kernel's cost is
     measured apart from the rotated copies')."""
     sizes = sets.sizes if sizes is None else list(sizes)
     n, m = sizes[-1], sets.n_test
-    assembly = engine.assemble(
+    assembly = assembler.assemble(
         kernel, np.arange(n), sets.n_train + np.arange(m + sets.n_rotated),
         boundaries=sizes, test_boundaries=[m], storage=label, progress=labelled(progress, label),
     )
     (matrix,) = kernel.outputs
     K_test = assembly.matrices[f"{matrix}_test"]
     seconds = np.array([assembly.seconds_up_to(size, test_rows=m) for size in sizes])
-    folder = None if engine.matrices_dir is None else engine.matrices_dir / label
+    folder = None if assembler.matrices_dir is None else assembler.matrices_dir / label
     return ShellKernels(assembly.matrices[f"{matrix}_train"], K_test[:m], K_test[m:], seconds[:, 0], seconds[:, 1], folder)
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from molntk.molecular import MoleculeSet
-from molntk.pipelines.qm9.assembly import Engine, block_kernel
-from molntk.pipelines.qm9.candidates import build_candidates, engine_options
+from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
+from molntk.pipelines.qm9.candidates import build_candidates, dtype_and_device
 from molntk.pipelines.qm9.config import QM9PropertyConfig
 from molntk.pipelines.qm9.evaluate import dressed_atom_records, residual_targets
 from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels
@@ -47,14 +47,14 @@ def run_qm9_property(
     compute = config.compute
     if compute.storage == "disk" and matrices_dir is None:
         raise ValueError("compute.storage 'disk' needs a folder for the kernel matrices (matrices_dir)")
-    dtype, device = engine_options(config)
+    dtype, device = dtype_and_device(config)
     with torch_threads(config.kernel.threads):
         threads = torch.get_num_threads()
         sets = load_sets(config, source, dtype, device)
         with open_executor(compute.executor, device=device, workers=compute.workers, scheduler=compute.scheduler) as executor:
-            engine = Engine(executor, cache_dir, compute.block_molecules, compute.memory_budget_mb,
+            assembler = BlockAssembler(executor, cache_dir, compute.block_molecules, compute.memory_budget_mb,
                             matrices_dir if compute.storage == "disk" else None)
-            records, search, predictions, kernel_seconds = _run_models(config, sets, engine, progress)
+            records, search, predictions, kernel_seconds = _run_models(config, sets, assembler, progress)
     return {
         "records": records,
         "search": search,
@@ -72,7 +72,7 @@ def run_qm9_property(
     }
 
 
-def _run_models(config: QM9PropertyConfig, sets: QM9Sets, engine: Engine, progress: Progress | None) -> tuple[list, list, dict, list]:
+def _run_models(config: QM9PropertyConfig, sets: QM9Sets, assembler: BlockAssembler, progress: Progress | None) -> tuple[list, list, dict, list]:
     """Dressed atoms, then every model: candidates chosen on the selection set, the chosen
     kernel on the learning curve; targets that share a reduction share the kernels."""
     records: list[dict[str, Any]] = []
@@ -91,12 +91,12 @@ def _run_models(config: QM9PropertyConfig, sets: QM9Sets, engine: Engine, progre
     for reduce, targets in by_reduce.items():
         y_sel = np.stack([residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
         for name, candidates in build_candidates(config, reduce, sets.train_molecules[:n_select]).items():
-            best, rows = select_candidate(candidates, selection, y_sel, config, engine)
+            best, rows = select_candidate(candidates, selection, y_sel, config, assembler)
             search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
             chosen = candidates[best]
             if exact_sizes:
                 kernel = block_kernel(chosen, sets.molecules)
-                shells = shell_kernels(kernel, sets, engine, progress, f"{name}-{reduce}", exact_sizes)
+                shells = shell_kernels(kernel, sets, assembler, progress, f"{name}-{reduce}", exact_sizes)
                 kernel_seconds.append({"model": name, "reduce": reduce, "train": float(shells.train_seconds[-1]),
                                        "test": float(shells.test_seconds[-1]), "storage": shells.storage})
                 for target in targets:
@@ -106,11 +106,11 @@ def _run_models(config: QM9PropertyConfig, sets: QM9Sets, engine: Engine, progre
                 del kernel  # its descriptors (GBs at large N) before the sparse model makes its own
             if config.sparse is not None and name.replace("-", "_") in config.sparse.models:
                 label = f"{name}{SUFFIX}-{reduce}"
-                sparse = sparse_kernels(chosen, sets, config.sparse, engine, progress, label)
+                sparse = sparse_kernels(chosen, sets, config.sparse, assembler, progress, label)
                 kernel_seconds.append({"model": name + SUFFIX, "reduce": reduce, "inducing": sparse.inducing_seconds,
                                        "train": sparse.inducing_seconds + sparse.seconds_between(0, sets.n_train),
                                        "test": sparse.seconds_between(sets.n_train, sets.n_train + sets.n_test),
-                                       "storage": "memory" if engine.matrices_dir is None else "disk"})
+                                       "storage": "memory" if assembler.matrices_dir is None else "disk"})
                 for target in targets:
                     records += sparse_records(config, sets, sparse, name, chosen, target, residual[target], predictions)
                 sparse.release()

@@ -5,7 +5,7 @@ For a model listed in ``sparse.models``, with the candidate chosen for its exact
 1. m inducing environments are chosen among the environments of the largest training set
    (:func:`~molntk.features.inducing.inducing_environments`; fixed for every training
    size, so one kernel serves the whole learning curve);
-2. the block engine computes Θ(inducing, inducing) (m × m, symmetric blocks) and
+2. the block assembler computes Θ(inducing, inducing) (m × m, symmetric blocks) and
    Θ(molecule, inducing) for every molecule of the run (training, test, rotated copies;
    n × m), each inducing environment being a molecule of its own
    (:class:`~molntk.molecular.sets.InducingSet`): blocks, cache, resume,
@@ -31,7 +31,7 @@ import numpy as np
 
 from molntk.features.inducing import inducing_environments
 from molntk.molecular import InducingSet
-from molntk.pipelines.qm9.assembly import Engine, block_kernel
+from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
 from molntk.pipelines.qm9.candidates import Candidate
 from molntk.pipelines.qm9.config import QM9PropertyConfig, SparseConfig
 from molntk.pipelines.qm9.evaluate import evaluate_model
@@ -72,14 +72,14 @@ class SparseKernels:
         return float(self.row_seconds[inside].sum())
 
 
-def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, engine: Engine,
+def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, assembler: BlockAssembler,
                    progress: Progress | None, label: str) -> SparseKernels:
     """Steps 1–2 of the module docstring for the chosen ``candidate``."""
     feats = sets.molecules.environments(candidate.kernel.features)
     rows = inducing_environments(feats, sparse.environments, method=sparse.selection, seed=sparse.seed, pool=sets.n_train)
     kernel = block_kernel(candidate, InducingSet(sets.molecules, rows))
     m, n_train, n_test = len(rows), sets.n_train, sets.n_test
-    assembly = engine.assemble(
+    assembly = assembler.assemble(
         kernel, np.arange(m), m + np.arange(len(sets.molecules)),
         test_boundaries=[*sets.sizes, n_train + n_test], storage=label,
         progress=labelled(progress, label),
@@ -93,7 +93,7 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, en
         inducing_seconds=inducing_seconds,
         row_ends=np.array([end for end, _ in row_blocks]),
         row_seconds=np.array([s for _, s in row_blocks]),
-        folder=None if engine.matrices_dir is None else engine.matrices_dir / label,
+        folder=None if assembler.matrices_dir is None else assembler.matrices_dir / label,
     )
 
 

@@ -56,7 +56,7 @@ def predict(
     import pandas as pd
 
     from molntk.data.readers import ReadResult, read_molecules, read_smiles
-    from molntk.regression.so3_regressor import SO3NTKRegressor
+    from molntk.models.so3_ntk import SO3NTKRegressor
     from molntk.utils.files import atomic_write_text
 
     regressor = SO3NTKRegressor.load(model)

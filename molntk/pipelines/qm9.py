@@ -304,11 +304,11 @@ def fit_kernel_ridge(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, qu
     fits a quarter of the available RAM, or ``large_solver: cholesky``) or by PCG.
     """
     from molntk.regression import KernelRegressor
-    from molntk.regression.selection import relative_grid_from
+    from molntk.regression.selection import lambda_grid
 
     reg = config.regression
     if reg_relative is None:
-        grid = relative_grid_from(reg.psd_rtol) if quadrature else None
+        grid = lambda_grid(reg.psd_rtol, quadrature)
         return KernelRegressor("ntk", reg="cv", cv=reg.cv, psd_rtol=reg.psd_rtol, relative_grid=grid).fit(K, y)
     from molntk.regression.solvers import cholesky_fits
     from molntk.scale.memory import available_ram_bytes

@@ -94,11 +94,11 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, en
 def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, quadrature: bool) -> Any:
     """Step 3's regressor: λ by LOO (or GCV) over the relative grid, floored for quadratures;
     K_mm's pseudo-inverse cut at ``sparse.rank_rtol``."""
-    from molntk.regression.selection import relative_grid_from
+    from molntk.regression.selection import lambda_grid
     from molntk.regression.sparse import SparseKernelRegressor
 
     reg = config.regression
-    grid = relative_grid_from(reg.psd_rtol) if quadrature else None
+    grid = lambda_grid(reg.psd_rtol, quadrature)
     cv = "gcv" if reg.cv == "gcv" else "loo"
     return SparseKernelRegressor(reg="cv", cv=cv, relative_grid=grid, rank_rtol=config.sparse.rank_rtol).fit(K_nm, K_mm, y)
 

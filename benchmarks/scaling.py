@@ -17,11 +17,11 @@ one process with 1 thread at ``--dask-n`` (blocks of N/4 molecules, 14 blocks), 
 GPU rows, full QM9 (110,000 × 110,000 train + 10,831 × 110,000 test) projected from the
 measured GPU pair rate (labelled projected).
 
-Model (``--model fast``, default): FeatureConfig(band_limit=3) (6 Gaussians, cutoff 5 Å,
+Model (``--model fast``, default): feature maps of band limit 3 (6 Gaussians, cutoff 5 Å,
 smearing 0.5), Lift(3, 1, 0.1) → ReLU → Pool → Dense(1, 0.1), SO3Grid(2), fast mode,
 element pairing, float64. ``--model default``: the first QM9 main job's model (see
-``MODELS``); ``--model main``: the current main job's (configs/qm9_u0.yaml, Lebedev grid
-of band limit 5).
+``MODELS``); ``--model main``: the current main job's (:class:`~molntk.models.SO3ModelRecipe`'s
+defaults, configs/qm9_u0.yaml, Lebedev grid of band limit 5).
 
     python benchmarks/scaling.py                          # CPU, N = 100 200 400; Dask at N = 200
     python benchmarks/scaling.py --n 250 500 1000 2000    # the issue's grid (hours on 2 cores)
@@ -36,6 +36,7 @@ one with ``--export-molecules FILE COUNT``. Results: ``benchmarks/results/scalin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -50,8 +51,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "scaling.json"
 QM9_TRAIN, QM9_TEST = 110_000, 10_831
 
 MODELS = {
-    "fast": "FeatureConfig(band_limit=3); Lift(3, 1, 0.1) → ReLU → Pool → Dense(1, 0.1); SO3Grid(2) fast mode; element pairing; float64",
-    "default": "the first QM9 main job's model: FeatureConfig(); lift:3 erf pool dense (σ_w = 1, σ_b = 0.1); SO3Grid(4) fast mode; element pairing; float64",
+    "fast": "FeatureConfig(band_limit=3, smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0)); Lift(3, 1, 0.1) → ReLU → Pool → Dense(1, 0.1); SO3Grid(2) fast mode; element pairing; float64",
+    "default": "the first QM9 main job's model: FeatureConfig(smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0)); lift:3 erf pool dense (σ_w = 1, σ_b = 0.1); SO3Grid(4) fast mode; element pairing; float64",
     "main": "the QM9 main job's model (configs/qm9_u0.yaml): 8 Gaussians to 3 Å, smearing 0.3, band limit 4; lift:3 erf pool dense (σ_w = 2, σ_b = 1); SO3Grid(5, 'lebedev') fast mode; element pairing; float64",
 }
 
@@ -61,20 +62,19 @@ def build(model: str, device: str, env_block: int = 256):
     import torch
 
     from molntk.features.environments import FeatureConfig
+    from molntk.features.radial import GaussianBasis
     from molntk.kernels.so3 import Dense, Lift, Nonlinearity, Pool, SO3Grid, serial
     from molntk.kernels.so3.spec import parse_architecture
+    from molntk.models import SO3ModelRecipe
     from molntk.molecular import SO3MolecularKernel
 
+    if model == "main":
+        return dataclasses.replace(SO3ModelRecipe(), block_size=env_block).molecular_kernel(device)
+    first = FeatureConfig(smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0))  # the first main job's feature maps
     if model == "fast":
-        net, grid, features = serial(Lift(3, 1.0, 0.1), Nonlinearity("relu"), Pool(), Dense(1.0, 0.1)), SO3Grid(2), FeatureConfig(band_limit=3)
-    elif model == "main":
-        from molntk.features.radial import GaussianBasis
-
-        net = parse_architecture("lift:3 erf pool dense", sigma_w=2.0, sigma_b=1.0)
-        grid = SO3Grid(5, "lebedev")
-        features = FeatureConfig(band_limit=4, smearing_width=0.3, radial=GaussianBasis(n=8, r_min=0.5, r_cut=3.0))
+        net, grid, features = serial(Lift(3, 1.0, 0.1), Nonlinearity("relu"), Pool(), Dense(1.0, 0.1)), SO3Grid(2), dataclasses.replace(first, band_limit=3)
     else:
-        net, grid, features = parse_architecture("lift:3 erf pool dense", sigma_w=1.0, sigma_b=0.1), SO3Grid(4), FeatureConfig()
+        net, grid, features = parse_architecture("lift:3 erf pool dense", sigma_w=1.0, sigma_b=0.1), SO3Grid(4), first
     return SO3MolecularKernel(net, net.discretisation(grid, "fast", torch.float64, device), block_size=env_block, features=features)
 
 

@@ -97,8 +97,8 @@ def tiles(n: int, m: int, molecules: str | None) -> list[dict]:
     from scaling import build, load_molecules
 
     train, _ = load_molecules(n, 0, molecules)
-    kernel, features = build("main", "cuda")
-    feats = environment_features(train, features, device="cuda")
+    kernel = build("main", "cuda")
+    feats = environment_features(train, kernel.features, device="cuda")
     inducing = environments_as_molecules(feats, inducing_environments(feats, m, method="fps"))
     z1, z2 = feats.centre_numbers.cpu(), inducing.centre_numbers.cpu()
     pairs = sum(int((z1 == z).sum()) * int((z2 == z).sum()) for z in z1.unique())

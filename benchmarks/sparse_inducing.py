@@ -45,7 +45,7 @@ from molntk.kernels.so3 import SO3Grid
 from molntk.kernels.so3.spec import parse_architecture
 from molntk.molecular import SO3MolecularKernel
 from molntk.regression import DressedAtomModel, KernelRegressor, element_counts
-from molntk.regression.selection import relative_grid_from
+from molntk.regression.selection import lambda_grid
 from molntk.regression.sparse import SparseKernelRegressor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ def main() -> None:
     L_train, L_test = L[: args.n, :n_env_train], L[args.n :, n_env_train:]
     K_train = L_train @ K_env[:n_env_train] @ L_train.T
     K_test = L_test @ K_env[n_env_train:] @ L_train.T
-    grid_rel = relative_grid_from(psd_rtol)
+    grid_rel = lambda_grid(psd_rtol, quadrature=True)
     exact = KernelRegressor("ntk", reg="cv", cv="loo", psd_rtol=psd_rtol, relative_grid=grid_rel).fit(K_train, y_train)
     p_exact = base[args.n :] + exact.predict(K_test)
     mae_exact = float(np.mean(np.abs(p_exact - y_test)))

@@ -3,6 +3,7 @@
 Data flow: :mod:`molntk.data` (molecules, QM9) → :mod:`molntk.features` (spherical
 feature maps) → :mod:`molntk.kernels` (NTK/NNGP recursions) → :mod:`molntk.molecular`
 (molecular kernels and baselines) → :mod:`molntk.regression` (kernel regression) →
+:mod:`molntk.models` (end-to-end models: :class:`~molntk.models.SO3NTKRegressor`) →
 :mod:`molntk.pipelines` (reports, CLI jobs).
 """
 
@@ -16,7 +17,7 @@ __all__ = ["__version__", "Molecule", "InputError", "ConfigError", "MolntkError"
 def __getattr__(name: str):
     """``molntk.SO3NTKRegressor``, imported on first use (it pulls in torch and scikit-learn)."""
     if name == "SO3NTKRegressor":
-        from molntk.regression.so3_regressor import SO3NTKRegressor
+        from molntk.models.so3_ntk import SO3NTKRegressor
 
         return SO3NTKRegressor
     raise AttributeError(f"module 'molntk' has no attribute {name!r}")

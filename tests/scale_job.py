@@ -20,6 +20,7 @@ import torch
 
 from molntk.data.qm9 import load_qm9
 from molntk.features.environments import FeatureConfig
+from molntk.features.radial import GaussianBasis
 from molntk.kernels.so3 import Dense, Lift, Nonlinearity, Pool, SO3Grid, serial
 from molntk.molecular import BlockKernelOf, SO3MolecularKernel
 from molntk.scale import SerialExecutor, kernel_matrices
@@ -50,7 +51,7 @@ def tiny_kernel() -> tuple[SO3MolecularKernel, FeatureConfig]:
     smooth, so differently associated sums of the same kernel agree to rounding.
     """
     net = serial(Lift(2, 1.0, 0.1), Nonlinearity("erf"), Pool(), Dense(1.0, 0.1))
-    kernel = SO3MolecularKernel(net, net.discretisation(SO3Grid(1), "fast"), features=FeatureConfig(band_limit=2))
+    kernel = SO3MolecularKernel(net, net.discretisation(SO3Grid(1), "fast"), features=FeatureConfig(band_limit=2, smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0)))
     return kernel, kernel.features
 
 

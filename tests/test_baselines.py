@@ -32,11 +32,12 @@ from molntk.molecular.baselines import (
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.features.environments import FeatureConfig, environment_features
+from molntk.features.radial import GaussianBasis
 from molntk.kernels.empirical import empirical_ntk, monte_carlo_nngp
 from molntk.kernels.so3 import Dense, Lift, Nonlinearity, Pool, SO3Grid, serial
 from molntk.kernels.so3.wigner import flatten_blocks, wigner_blocks
 
-CONFIG = FeatureConfig(band_limit=3)
+CONFIG = FeatureConfig(band_limit=3, smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0))
 BOHR = 0.52917721067  # Å (ase.units.Bohr, CODATA 2014)
 
 

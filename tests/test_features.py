@@ -27,9 +27,9 @@ from molntk.features.environments import pair_indices
 from molntk.features.smearing import HANKEL_KAPPA, concentration
 from molntk.kernels.so3.wigner import coeff_slices, wigner_blocks
 
-GAUSS = FeatureConfig(band_limit=5, smearing_width=0.4)
+GAUSS = FeatureConfig(band_limit=5, smearing_width=0.4, radial=GaussianBasis(n=6, r_cut=5.0))
 COULOMB = FeatureConfig(band_limit=5, smearing_width=0.4, radial=CoulombBasis())
-CONFIGS = [GAUSS, COULOMB, FeatureConfig(band_limit=3, smearing_width=None)]
+CONFIGS = [GAUSS, COULOMB, FeatureConfig(band_limit=3, smearing_width=None, radial=GaussianBasis(n=6, r_cut=5.0))]
 
 
 def _molecule(seed: int, n: int = 7, id: str | None = None) -> Molecule:
@@ -114,7 +114,7 @@ def test_smearing_methods_agree_at_the_switch() -> None:
 
 
 def test_config_defaults_and_round_trip() -> None:
-    cfg = FeatureConfig()
+    cfg = FeatureConfig(smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0))
     assert cfg.elements == (1, 6, 7, 8, 9) and cfg.band_limit == 4 and cfg.smearing_width == 0.5
     assert cfg.radial == GaussianBasis(n=6, r_min=0.5, r_cut=5.0)
     assert cfg.radial.sigma == pytest.approx(0.9)
@@ -219,7 +219,7 @@ def test_coefficients_of_small_molecule_match_direct_computation() -> None:
 def test_coefficients_are_those_of_the_smeared_density() -> None:
     """f̂ equals the S² quadrature of f_c(x) = Σ_b R_k(r_ab) h_{r̂_ab}(x) (σ = 0.5: L = 13 loses < 1e-8)."""
     mol = _molecule(1, n=4)
-    cfg = FeatureConfig(band_limit=13, smearing_width=0.5)
+    cfg = FeatureConfig(band_limit=13, smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0))
     f = environment_features(mol, cfg).coeffs.numpy()
     grid = S2Grid(13, n_theta=60, n_phi=120)
     for a in range(mol.n_atoms):
@@ -277,7 +277,7 @@ def test_features_in_pair_steps_equal_one_step_bit_for_bit(cfg: FeatureConfig, m
 
 
 def test_neighbour_beyond_cutoff_contributes_nothing_and_map_is_continuous() -> None:
-    cfg = FeatureConfig(radial=GaussianBasis(n=6, r_min=0.5, r_cut=4.0))
+    cfg = FeatureConfig(smearing_width=0.5, radial=GaussianBasis(n=6, r_min=0.5, r_cut=4.0))
     base = [[0.0, 0.0, 0.0], [1.1, 0.0, 0.0]]
 
     def centre_coeffs(distance: float) -> torch.Tensor:
@@ -314,8 +314,8 @@ def test_element_outside_set_is_an_input_error() -> None:
     good = _molecule(4, n=3)
     bad = Molecule([6, 17, 1], [[0, 0, 0], [1.8, 0, 0], [-1.0, 0.2, 0]], id="chloro")
     with pytest.raises(InputError, match=r"chloro.*Cl"):
-        environment_features([good, bad], FeatureConfig())
-    assert environment_features(bad, FeatureConfig(elements=[1, 6, 17])).coeffs.shape == (3, 18, 16)
+        environment_features([good, bad], FeatureConfig(smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0)))
+    assert environment_features(bad, FeatureConfig(elements=[1, 6, 17], smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0))).coeffs.shape == (3, 18, 16)
 
 
 def test_batch_equals_molecules_one_by_one() -> None:

@@ -21,13 +21,14 @@ from molntk.data.qm9 import QM9_ELEMENTS
 from molntk.data.splits import standard_split
 from molntk.errors import InputError
 from molntk.features.environments import FeatureConfig, environment_features
+from molntk.features.radial import GaussianBasis
 from molntk.kernels.so3.spec import describe_architecture, parse_architecture
 from molntk.kernels.so3.wigner import coeff_slices
 from molntk.molecular import BlockKernelOf, MoleculeSet
 from molntk.molecular.baselines import MLPNTK, AugmentedMLPNTK, MLPArchitecture, PowerSpectrumKernel, RotationSet, wigner_table
 from molntk.pipelines.tasks import TASKS
 from molntk.regression import element_counts
-from molntk.regression.so3_regressor import SO3NTKRegressor
+from molntk.models.so3_ntk import SO3NTKRegressor
 
 TINY = """\
 task: qm9-property
@@ -145,15 +146,16 @@ def test_shell_assembled_kernel_ridge_equals_scikit_learn(tiny_run, qm9):
 
     from molntk.pipelines.qm9.evaluate import dressed_atom
 
-    _, document = tiny_run
+    out, document = tiny_run
     record = next(r for r in document["result"]["records"] if r["model"] == "power-spectrum" and r["n_train"] == 40)
     zeta = int(record["hyperparameters"].removeprefix("ζ="))
     train_idx, test_idx = _sets(qm9, 40, 25)
     train, test = qm9.molecules(train_idx.tolist()), qm9.molecules(test_idx.tolist())
     y = qm9.target("u0_atom")[train_idx]
     base_train, base_test = dressed_atom(train, y, test)
-    kern = PowerSpectrumKernel(FeatureConfig(), zeta)
-    f_train, f_test = (environment_features(m, FeatureConfig()) for m in (train, test))
+    features = TASKS.load(out.parent / "tiny.yaml").features.feature_config()  # the run's
+    kern = PowerSpectrumKernel(features, zeta)
+    f_train, f_test = (environment_features(m, features) for m in (train, test))
     K, K_test = kern(f_train).kernel.numpy(), kern(f_test, f_train).kernel.numpy()
     reg = record["reg_relative"] * np.mean(np.diag(K))
     residual = y - base_train
@@ -193,9 +195,9 @@ def test_rotation_differences_give_the_symmetrised_network_kernel():
     x = torch.randn(5, 3, 9, dtype=torch.float64)
     base = RotationSet.random(2, seed=3)
     arch = MLPArchitecture(1, "erf", 1.0, 0.1)
-    got = AugmentedMLPNTK(FeatureConfig(band_limit=3), arch, RotationSet.differences(base)).env_kernel(x)[1]
+    got = AugmentedMLPNTK(FeatureConfig(band_limit=3, smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0)), arch, RotationSet.differences(base)).env_kernel(x)[1]
     table = wigner_table(3, base.alpha, base.beta, base.gamma)
-    mlp = MLPNTK(FeatureConfig(band_limit=3), arch)
+    mlp = MLPNTK(FeatureConfig(band_limit=3, smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0)), arch)
     expected = sum(
         base.weights[i] * base.weights[j] * mlp.env_kernel(_rotate(x, table, i, 3), _rotate(x, table, j, 3))[1]
         for i in range(len(base))

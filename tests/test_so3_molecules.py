@@ -9,11 +9,12 @@ from e3nn import o3
 
 from molntk.data.molecule import Molecule
 from molntk.features.environments import FeatureConfig, environment_features, padded_features
+from molntk.features.radial import GaussianBasis
 from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
 from molntk.molecular import SO3MolecularKernel
 
 NET = serial(Lift(3, 1.0, 0.1), Nonlinearity("relu"), GroupConv(2, 1.0, 0.1), Nonlinearity("relu"), Pool(), Dense(1.0, 0.1))
-CONFIG = FeatureConfig(band_limit=3)
+CONFIG = FeatureConfig(band_limit=3, smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0))
 #: ReLU's Ḟ = (π − arccos ρ)/2π has infinite slope at ρ = 1, reached by identical
 #: environments (the H atoms of a methyl group): rounding differences of 1e-16 in ρ move it
 #: by ~1e-8. Sums of the same numbers in another order therefore agree to ~1e-9, not 1e-13.

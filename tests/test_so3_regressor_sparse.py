@@ -18,7 +18,7 @@ from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.features.inducing import environments_as_molecules
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
-from molntk.regression.so3_regressor import SO3NTKRegressor
+from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.regression.sparse import SparseKernelRegressor
 
 CHEAP = {"grid_band_limit": 3, "sampling": "gauss-legendre", "block_size": 64}
@@ -62,8 +62,9 @@ def test_all_environments_inducing_reproduces_the_exact_model(data):
     assert sorted(sparse.inducing_rows_.tolist()) == list(range(n_env))
     diff = np.abs(sparse.predict(test) - exact.predict(test)).max()
 
-    kern = exact.molecular_kernel()
-    feats, test_feats = exact._features(train), exact._features(test)
+    recipe = exact.recipe()
+    kern = recipe.molecular_kernel(exact.device)
+    feats, test_feats = recipe.environments(train, exact.device), recipe.environments(test, exact.device)
     envs = environments_as_molecules(feats, torch.arange(feats.n_env))
     theta, theta_t = _ntk(kern(feats)), _ntk(kern(test_feats, feats))
     k_mm, k_nm, k_tm = _ntk(kern(envs)), _ntk(kern(feats, envs)), _ntk(kern(test_feats, envs))

@@ -22,7 +22,7 @@ import typer
 
 from molntk.cli.output import print_json, print_read_result
 from molntk.data.readers import ReadResult, read_molecules, read_smiles
-from molntk.regression.so3_regressor import SO3NTKRegressor
+from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.utils.files import atomic_write_text
 
 #: Exit status when any input item failed.

@@ -52,6 +52,14 @@ def relative_grid_from(floor: float) -> np.ndarray:
     return grid
 
 
+def lambda_grid(psd_rtol: float, quadrature: bool) -> np.ndarray | None:
+    """The relative λ grid (λ / mean(diag K)) of a kernel: for a quadrature (accurate to about
+    ``psd_rtol`` relative) ``relative_grid_from(psd_rtol)``, λ/mean(diag K) ≥ psd_rtol, since a
+    smaller λ fits the quadrature error; for an exact kernel ``None`` (the regressors' default
+    grid, :data:`DEFAULT_RELATIVE_GRID`)."""
+    return relative_grid_from(psd_rtol) if quadrature else None
+
+
 @dataclass(frozen=True, eq=False)
 class CVResult:
     """A cross-validation curve over the λ grid and its minimum.

@@ -28,7 +28,7 @@ from molntk.pipelines.qm9.config import QM9PropertyConfig
 from molntk.pipelines.qm9.evaluate import evaluate_model
 from molntk.pipelines.qm9.sets import QM9Sets
 from molntk.regression import KernelRegressor
-from molntk.regression.selection import relative_grid_from
+from molntk.regression.selection import lambda_grid
 from molntk.regression.solvers import cholesky_fits
 from molntk.scale.memory import available_ram_bytes
 from molntk.scale.progress import Progress, labelled
@@ -51,7 +51,7 @@ def fit_kernel_ridge(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, qu
     """
     reg = config.regression
     if reg_relative is None:
-        grid = relative_grid_from(reg.psd_rtol) if quadrature else None
+        grid = lambda_grid(reg.psd_rtol, quadrature)
         return KernelRegressor("ntk", reg="cv", cv=reg.cv, psd_rtol=reg.psd_rtol, relative_grid=grid).fit(K, y)
     solver = reg.large_solver
     if solver == "auto":

@@ -36,7 +36,7 @@ from molntk.pipelines.qm9.candidates import Candidate
 from molntk.pipelines.qm9.config import QM9PropertyConfig, SparseConfig
 from molntk.pipelines.qm9.evaluate import evaluate_model
 from molntk.pipelines.qm9.sets import QM9Sets
-from molntk.regression.selection import relative_grid_from
+from molntk.regression.selection import lambda_grid
 from molntk.regression.sparse import SparseKernelRegressor
 from molntk.scale.blocks import TEST, TRAIN
 from molntk.scale.progress import Progress, labelled
@@ -102,7 +102,7 @@ def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9Pro
     """Step 3's regressor: λ by LOO (or GCV) over the relative grid, floored for quadratures;
     K_mm's pseudo-inverse cut at ``sparse.rank_rtol``."""
     reg = config.regression
-    grid = relative_grid_from(reg.psd_rtol) if quadrature else None
+    grid = lambda_grid(reg.psd_rtol, quadrature)
     cv = "gcv" if reg.cv == "gcv" else "loo"
     return SparseKernelRegressor(reg="cv", cv=cv, relative_grid=grid, rank_rtol=config.sparse.rank_rtol).fit(K_nm, K_mm, y)
 

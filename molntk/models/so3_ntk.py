@@ -5,7 +5,9 @@
     mean, std = model.predict(new_molecules, return_std=True)
     model.save("u0.molntk.npz");  SO3NTKRegressor.load("u0.molntk.npz").predict(new_molecules)
 
-``fit`` computes environment feature maps (:mod:`molntk.features.environments`), the
+The parameters name a :class:`~molntk.models.so3_recipe.SO3ModelRecipe` (:meth:`SO3NTKRegressor.recipe`),
+whose defaults they take (the main QM9 job's model), plus the regression's. ``fit`` computes
+environment feature maps (:mod:`molntk.features.environments`), the
 element-resolved molecular NTK and NNGP of the SO(3) network ``layers``
 (:mod:`molntk.kernels.so3.spec`, :class:`~molntk.molecular.so3.SO3MolecularKernel`),
 optionally subtracts the dressed-atom linear model (extensive energies), and fits
@@ -40,6 +42,7 @@ parameters (``sampling``, ``inducing``, …) load with the values they were fitt
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import numbers
 from collections.abc import Sequence
@@ -53,15 +56,19 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from molntk._version import __version__
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
+from molntk.features.environments import EnvironmentBatch, FeatureConfig
+from molntk.features.inducing import SELECTIONS, environments_as_molecules, inducing_environments
+from molntk.features.radial import radial_basis_from_dict
+from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.estimator import KernelRegressor
-from molntk.regression.selection import relative_grid_from
 from molntk.regression.sparse import SPARSE_CRITERIA, SparseKernelRegressor
 from molntk.utils.files import atomic_path
 
-#: Radial basis of ``radial=None``: the main QM9 job's (8 Gaussians on [0.5, 3] Å, chosen by
-#: cross-validation on training molecules; configs/qm9_u0.yaml).
-DEFAULT_RADIAL = {"kind": "gaussian", "n": 8, "r_min": 0.5, "r_cut": 3.0}
+#: The estimator's defaults: the recipe's (the main QM9 job's model, configs/qm9_u0.yaml).
+DEFAULTS = SO3ModelRecipe()
+#: Parameters that are the recipe's settings of the same name (all but its ``features``).
+RECIPE_PARAMS = tuple(f.name for f in dataclasses.fields(SO3ModelRecipe) if f.name != "features")
 
 #: Name and version of the model file format.
 FORMAT = "molntk-so3-ntk-regressor"
@@ -70,7 +77,7 @@ FORMAT_VERSION = 1
 
 def as_molecules(X: Any, name: str = "X") -> list[Molecule]:
     """A list of :class:`Molecule` from molecules or ``ase.Atoms`` (InputError naming the item otherwise)."""
-    from molntk.data.readers import molecule_from_atoms
+    from molntk.data.readers import molecule_from_atoms  # ase and rdkit: optional heavy packages
 
     if isinstance(X, Molecule):
         X = [X]
@@ -89,10 +96,10 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     """Kernel regression with the NTK of an SO(3) group-convolutional network (module docstring).
 
     Parameters: ``layers``, ``sigma_w``, ``sigma_b`` (the network); ``band_limit``,
-    ``smearing_width``, ``radial`` (dict, None: :data:`DEFAULT_RADIAL`), ``elements`` (the
-    feature maps and the element set the model accepts); ``grid_band_limit``, ``sampling``,
-    ``mode``, ``pairing``, ``reduce`` (the kernel engine; the default Lebedev grid of band
-    limit 5 as in configs/qm9_u0.yaml); ``residual`` (learn the residual of the
+    ``smearing_width``, ``radial`` (dict, None: the recipe's, 8 Gaussians on [0.5, 3] Å),
+    ``elements`` (the feature maps and the element set the model accepts); ``grid_band_limit``,
+    ``sampling``, ``mode``, ``pairing``, ``reduce`` (the kernel engine; the default Lebedev grid
+    of band limit 5 as in configs/qm9_u0.yaml); ``residual`` (learn the residual of the
     dressed-atom model); ``reg`` ("cv" or λ ≥ 0), ``cv``, ``psd_rtol`` (regression: the
     accuracy of the fast-mode quadrature, 3e-8 suits erf networks on the default grid,
     whose kernels are accurate to ≈ 5e-11);
@@ -103,7 +110,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     are dropped; 1e-10 stays above the ≈ 5e-11 quadrature error of the default grid; measured
     on QM9 it loses nothing against 1e-12, while 3e-8 cut the rank and raised the error).
     ``reg`` as a number is the absolute λ in both modes; ``cv`` must be "loo" or "gcv" in
-    sparse mode.
+    sparse mode. Every default is :data:`DEFAULTS`' (:class:`~molntk.models.so3_recipe.SO3ModelRecipe`).
 
     Fitted attributes: ``regressor_`` (:class:`~molntk.regression.KernelRegressor`, or
     :class:`~molntk.regression.sparse.SparseKernelRegressor` in sparse mode, with fitted
@@ -114,29 +121,29 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
 
     def __init__(
         self,
-        layers: str = "lift:3 erf pool dense",
-        sigma_w: float = 2.0,
-        sigma_b: float = 1.0,
-        band_limit: int = 4,
-        smearing_width: float = 0.3,
+        layers: str = DEFAULTS.layers,
+        sigma_w: float = DEFAULTS.sigma_w,
+        sigma_b: float = DEFAULTS.sigma_b,
+        band_limit: int = DEFAULTS.features.band_limit,
+        smearing_width: float | None = DEFAULTS.features.smearing_width,
         radial: dict[str, Any] | None = None,
-        elements: Sequence[int] = (1, 6, 7, 8, 9),
-        grid_band_limit: int = 5,
-        sampling: str = "lebedev",
-        mode: str = "fast",
-        pairing: str = "element",
-        reduce: str = "sum",
+        elements: Sequence[int] = DEFAULTS.features.elements,
+        grid_band_limit: int = DEFAULTS.grid_band_limit,
+        sampling: str = DEFAULTS.sampling,
+        mode: str = DEFAULTS.mode,
+        pairing: str = DEFAULTS.pairing,
+        reduce: str = DEFAULTS.reduce,
         residual: bool = True,
         reg: float | str = "cv",
         cv: str = "loo",
-        psd_rtol: float = 3e-8,
-        dtype: str = "float64",
+        psd_rtol: float = DEFAULTS.psd_rtol,
+        dtype: str = DEFAULTS.dtype,
         device: str = "cpu",
-        block_size: int = 512,
+        block_size: int = DEFAULTS.block_size,
         inducing: int | None = None,
         inducing_selection: str = "fps",
         inducing_seed: int = 0,
-        rank_rtol: float = 1e-10,
+        rank_rtol: float = DEFAULTS.rank_rtol,
     ) -> None:
         self.layers = layers
         self.sigma_w = sigma_w
@@ -164,39 +171,18 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
 
     # -- pieces built from the parameters ------------------------------------------------
 
-    def feature_config(self):
-        from molntk.features.environments import FeatureConfig
+    def recipe(self) -> SO3ModelRecipe:
+        """The model these parameters describe (``radial=None``: the recipe's radial basis)."""
+        radial = DEFAULTS.features.radial if self.radial is None else radial_basis_from_dict(self.radial)
+        features = FeatureConfig(tuple(self.elements), self.band_limit, self.smearing_width, radial)
+        return SO3ModelRecipe(features=features, **{name: getattr(self, name) for name in RECIPE_PARAMS})
 
-        data: dict[str, Any] = {"elements": list(self.elements), "band_limit": self.band_limit,
-                                "smearing_width": self.smearing_width}
-        data["radial"] = dict(DEFAULT_RADIAL if self.radial is None else self.radial)
-        return FeatureConfig.from_dict(data)
-
-    def molecular_kernel(self):
-        from molntk.kernels.so3 import SO3Grid
-        from molntk.kernels.so3.spec import parse_architecture
-        from molntk.molecular import SO3MolecularKernel
-
-        if self.dtype not in ("float64", "float32"):
-            raise InputError("dtype", f"must be 'float64' or 'float32', got {self.dtype!r}")
-        net = parse_architecture(self.layers, sigma_w=self.sigma_w, sigma_b=self.sigma_b)
-        ctx = net.discretisation(SO3Grid(self.grid_band_limit, self.sampling), self.mode, getattr(torch, self.dtype), self.device)
-        return SO3MolecularKernel(net, ctx, self.pairing, self.reduce, self.block_size, self.feature_config())
-
-    def _features(self, molecules: list[Molecule]):
-        from molntk.features.environments import environment_features
-
-        return environment_features(molecules, self.feature_config(), dtype=getattr(torch, self.dtype), device=self.device)
-
-    def _regressor(self) -> KernelRegressor:
-        """Kernel ridge with λ searched down to psd_rtol · mean(diag K) in fast mode (a quadrature)."""
-        grid = relative_grid_from(self.psd_rtol) if self.mode == "fast" else None
-        return KernelRegressor("ntk", reg=self.reg, cv=self.cv, psd_rtol=self.psd_rtol, relative_grid=grid)
+    def _regressor(self, recipe: SO3ModelRecipe) -> KernelRegressor:
+        """Kernel ridge with the recipe's λ grid (fast mode: down to psd_rtol · mean(diag K))."""
+        return KernelRegressor("ntk", reg=self.reg, cv=self.cv, psd_rtol=self.psd_rtol, relative_grid=recipe.relative_grid)
 
     def _check_sparse(self) -> int | None:
         """The validated number of inducing environments (None: exact model)."""
-        from molntk.features.inducing import SELECTIONS
-
         if self.inducing is None:
             return None
         if isinstance(self.inducing, bool) or not isinstance(self.inducing, numbers.Integral) or self.inducing < 1:
@@ -211,15 +197,12 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             raise InputError("pairing", "'atom-index' has no single-environment kernel; a sparse model needs 'element' or 'shared'")
         return int(self.inducing)
 
-    def _sparse_regressor(self) -> SparseKernelRegressor:
-        """Nyström kernel ridge with the exact path's λ grid (fast mode: down to psd_rtol)."""
-        grid = relative_grid_from(self.psd_rtol) if self.mode == "fast" else None
-        return SparseKernelRegressor(reg=self.reg, cv=self.cv, relative_grid=grid, rank_rtol=self.rank_rtol)
+    def _sparse_regressor(self, recipe: SO3ModelRecipe) -> SparseKernelRegressor:
+        """Nyström kernel ridge with the exact path's λ grid and the recipe's rank_rtol."""
+        return SparseKernelRegressor(reg=self.reg, cv=self.cv, relative_grid=recipe.relative_grid, rank_rtol=recipe.rank_rtol)
 
-    def _set_inducing(self, train_feats, rows: Any) -> None:
+    def _set_inducing(self, train_feats: EnvironmentBatch, rows: Any) -> None:
         """``inducing_rows_`` and ``inducing_``: environments ``rows`` of the training features."""
-        from molntk.features.inducing import environments_as_molecules
-
         self.inducing_rows_ = np.asarray(torch.as_tensor(rows).cpu(), dtype=np.int64)
         self.inducing_ = environments_as_molecules(train_feats, torch.from_numpy(self.inducing_rows_))
 
@@ -234,22 +217,21 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         for m in molecules:
             m.check_elements(self.elements)
         n_inducing = self._check_sparse()
-        sparse = None if n_inducing is None else self._sparse_regressor()
+        recipe = self.recipe()
+        sparse = None if n_inducing is None else self._sparse_regressor(recipe)
         if sparse is not None:
             sparse.check_params()  # reg, cv, rank_rtol before any kernel is computed
-        kern = self.molecular_kernel()
-        feats = self._features(molecules)
+        kern = recipe.molecular_kernel(self.device)
+        feats = recipe.environments(molecules, self.device)
         self.dressed_atom_ = DressedAtomModel().fit(element_counts(molecules, self.elements), y) if self.residual else None
         base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.residual else 0.0
         if sparse is None:
             k = kern(feats)
             ntk, nngp = (t.detach().cpu().double().numpy() for t in (k.ntk, k.nngp))
-            self.regressor_ = self._regressor().fit(ntk, y - base, K_nngp_train=nngp)
+            self.regressor_ = self._regressor(recipe).fit(ntk, y - base, K_nngp_train=nngp)
             for name in ("inducing_", "inducing_rows_"):  # a refit in exact mode
                 self.__dict__.pop(name, None)
         else:
-            from molntk.features.inducing import inducing_environments
-
             rows = inducing_environments(feats, n_inducing, method=self.inducing_selection, seed=int(self.inducing_seed))
             self._set_inducing(feats, rows)
             K_mm = kern(self.inducing_).ntk.detach().cpu().double().numpy()
@@ -270,16 +252,17 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         molecules = as_molecules(X)
         for m in molecules:
             m.check_elements(self.elements)
-        kern = self.molecular_kernel()
-        test = self._features(molecules)
+        recipe = self.recipe()
+        kern = recipe.molecular_kernel(self.device)
+        test = recipe.environments(molecules, self.device)
         base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.dressed_atom_ is not None else 0.0
         if sparse:
             return base + self.regressor_.predict(kern(test, self.inducing_).ntk.detach().cpu().double().numpy())
-        cross = kern(test, self._features(self.train_molecules_))
+        cross = kern(test, recipe.environments(self.train_molecules_, self.device))
         ntk, nngp = (t.detach().cpu().double().numpy() for t in (cross.ntk, cross.nngp))
         if not return_std:
             return base + self.regressor_.predict(ntk)
-        diag = np.array([float(kern(self._features([m])).nngp[0, 0]) for m in molecules])  # prior k(x, x)
+        diag = np.array([float(kern(recipe.environments([m], self.device)).nngp[0, 0]) for m in molecules])  # prior k(x, x)
         mean, std = self.regressor_.predict(ntk, diag, return_std=True, K_nngp_test_train=nngp)
         return base + mean, std
 
@@ -340,16 +323,17 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         if sparse != (model.inducing is not None) or sparse != ("inducing_rows" in arrays):
             raise InputError(str(path), f"inconsistent model file: inducing={model.inducing!r} but "
                              f"{'a sparse' if sparse else 'an exact'} regression state")
+        recipe = model.recipe()
         if not sparse:
-            model.regressor_ = model._regressor().load_fitted_arrays(state)
+            model.regressor_ = model._regressor(recipe).load_fitted_arrays(state)
         else:
             model._check_sparse()
-            feats = model._features(model.train_molecules_)  # deterministic: the rows index them as at fit
+            feats = recipe.environments(model.train_molecules_, model.device)  # deterministic: the rows index them as at fit
             rows = arrays["inducing_rows"]
             if rows.ndim != 1 or rows.size == 0 or rows.min() < 0 or rows.max() >= feats.n_env:
                 raise InputError(str(path), f"inducing_rows do not index the {feats.n_env} training environments")
             model._set_inducing(feats, rows)
-            model.regressor_ = model._sparse_regressor().load_fitted_arrays(state)
+            model.regressor_ = model._sparse_regressor(recipe).load_fitted_arrays(state)
             if model.regressor_.n_inducing_ != rows.size:
                 raise InputError(str(path), f"{rows.size} inducing rows for {model.regressor_.n_inducing_} inducing weights")
         model.n_features_in_ = 1

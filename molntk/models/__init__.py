@@ -1,0 +1,13 @@
+"""End-to-end models: molecules in, predictions out.
+
+- :mod:`~molntk.models.so3_recipe`: :class:`SO3ModelRecipe`, the SO(3) NTK model's settings
+  with their one set of defaults (the main QM9 job's, configs/qm9_u0.yaml), and the one place
+  that builds its feature maps, network, discretisation, molecular kernel and λ grid;
+- :mod:`~molntk.models.so3_ntk`: :class:`SO3NTKRegressor`, that model as a scikit-learn
+  estimator (exact or sparse kernel ridge, NTK-GP variance, model files).
+"""
+
+from molntk.models.so3_ntk import SO3NTKRegressor
+from molntk.models.so3_recipe import SO3ModelRecipe
+
+__all__ = ["SO3ModelRecipe", "SO3NTKRegressor"]

@@ -14,6 +14,7 @@ from molntk.features.environments import FeatureConfig
 from molntk.features.radial import GaussianBasis
 from molntk.kernels.so3 import SO3Grid
 from molntk.models import SO3ModelRecipe, SO3NTKRegressor
+from molntk.pipelines.qm9.candidates import so3_recipe
 from molntk.pipelines.tasks import TASKS
 from molntk.regression.selection import DEFAULT_RELATIVE_GRID, lambda_grid, relative_grid_from
 
@@ -42,13 +43,9 @@ def test_feature_config_defaults_are_the_recipes() -> None:
 def test_main_job_is_the_recipe_with_its_chosen_candidate() -> None:
     """configs/qm9_u0.yaml with its chosen candidate (σ_b = 1, README results) is the recipe."""
     config = TASKS.load(CONFIGS / "qm9_u0.yaml")
-    engine, chosen = config.kernel, config.models.so3_ntk.candidates[1]
+    chosen = config.models.so3_ntk.candidates[1]
     assert chosen.smearing_width is None and config.regression.reduce == "auto"  # u0_atom is extensive: sum
-    main = SO3ModelRecipe(
-        layers=chosen.layers, sigma_w=chosen.sigma_w, sigma_b=chosen.sigma_b, features=config.features.feature_config(),
-        grid_band_limit=engine.grid_band_limit, sampling=engine.sampling, mode=engine.mode, pairing=engine.pairing,
-        dtype=engine.dtype, block_size=engine.block_size, psd_rtol=config.regression.psd_rtol,
-    )
+    main = so3_recipe(config, chosen, "sum")
     assert main == SO3ModelRecipe()
 
 

@@ -16,12 +16,11 @@ from typing import Any
 import torch
 
 from molntk.data.molecule import Molecule
-from molntk.kernels.so3 import SO3Grid
-from molntk.kernels.so3.spec import parse_architecture
-from molntk.molecular import MolecularKernel, SO3MolecularKernel
+from molntk.models import SO3ModelRecipe
+from molntk.molecular import MolecularKernel
 from molntk.molecular.baselines import MLPNTK, AugmentedMLPNTK, BagOfBonds, CoulombMatrix, DScribeSOAPKernel, FCHL19Kernel
 from molntk.molecular.baselines import LaplacianKernel, MLPArchitecture, PowerSpectrumKernel, RotationSet, median_l1_width
-from molntk.pipelines.qm9.config import QM9PropertyConfig
+from molntk.pipelines.qm9.config import QM9PropertyConfig, SO3Candidate
 from molntk.scale.devices import resolve_device
 
 
@@ -49,27 +48,36 @@ def dtype_and_device(config: QM9PropertyConfig) -> tuple[torch.dtype, str]:
     return dtype, str(resolve_device(config.kernel.device, "kernel.device"))
 
 
+def so3_recipe(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str) -> SO3ModelRecipe:
+    """The SO(3) model of one candidate under the run's ``features``, ``kernel`` and
+    ``regression`` sections (a candidate's ``smearing_width`` replaces the feature maps')."""
+    features = config.features.feature_config()
+    if candidate.smearing_width is not None:
+        features = dataclasses.replace(features, smearing_width=candidate.smearing_width)
+    kernel = config.kernel
+    return SO3ModelRecipe(
+        layers=candidate.layers, sigma_w=candidate.sigma_w, sigma_b=candidate.sigma_b, features=features,
+        grid_band_limit=kernel.grid_band_limit, sampling=kernel.sampling, mode=kernel.mode, pairing=kernel.pairing,
+        reduce=reduce, dtype=kernel.dtype, block_size=kernel.block_size, psd_rtol=config.regression.psd_rtol,
+    )
+
+
 def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence[Molecule]) -> dict[str, list[Candidate]]:
     """Model name → its hyperparameter candidates; Laplacian widths scale with the median
     distance among ``reference`` (training molecules)."""
-    models, engine = config.models, config.kernel
+    models, kernel = config.models, config.kernel
     features = config.features.feature_config()
-    dtype, device = dtype_and_device(config)
-    pairing = "element" if engine.pairing == "atom-index" else engine.pairing  # the baselines'
+    _, device = dtype_and_device(config)
+    pairing = "element" if kernel.pairing == "atom-index" else kernel.pairing  # the baselines'
     out: dict[str, list[Candidate]] = {}
     if models.so3_ntk is not None:
-        grid = SO3Grid(engine.grid_band_limit, engine.sampling)
         out["so3-ntk"] = []
         for c in models.so3_ntk.candidates:
-            net = parse_architecture(c.layers, sigma_w=c.sigma_w, sigma_b=c.sigma_b)
-            ctx = net.discretisation(grid, engine.mode, dtype, device)
+            recipe = so3_recipe(config, c, reduce)
             label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
-            own = features
             if c.smearing_width is not None:
-                own = dataclasses.replace(features, smearing_width=c.smearing_width)
                 label += f", smearing {c.smearing_width:g} rad"
-            kernel = SO3MolecularKernel(net, ctx, engine.pairing, reduce, engine.block_size, own)
-            out["so3-ntk"].append(Candidate(label, c.model_dump(), kernel, quadrature=engine.mode == "fast"))
+            out["so3-ntk"].append(Candidate(label, c.model_dump(), recipe.molecular_kernel(device), recipe.quadrature))
     mlp_like = (("mlp-ntk", models.mlp_ntk), ("augmented-mlp-ntk", models.augmented_mlp_ntk))
     for name, section in mlp_like:
         if section is None:
@@ -78,7 +86,7 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
         for c in section.candidates:
             arch = MLPArchitecture(c.depth, c.activation, c.sigma_w, c.sigma_b)
             label = f"depth {c.depth} {c.activation} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
-            options = {"pairing": pairing, "reduce": reduce, "block_size": engine.block_size}
+            options = {"pairing": pairing, "reduce": reduce, "block_size": kernel.block_size}
             if name == "mlp-ntk":
                 kernel = MLPNTK(features, arch, **options)
             else:

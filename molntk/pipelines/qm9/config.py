@@ -5,6 +5,9 @@ Sections: ``data`` (:class:`QM9DataConfig`), ``targets``, ``learning_curve``,
 ``features`` (:class:`FeatureMapsConfig`: the keys of a
 :class:`~molntk.features.environments.FeatureConfig`), ``kernel``, ``models``,
 ``regression``, ``invariance``, ``compute``, ``sparse``, ``output``, ``cache``.
+
+The SO(3) model's defaults (feature maps, grid, candidate network, psd_rtol, rank_rtol) are
+those of :class:`~molntk.models.SO3ModelRecipe`, the one set the estimator shares.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ from molntk.config import (
 from molntk.data.qm9 import QM9_TARGETS
 from molntk.features.environments import FeatureConfig
 from molntk.kernels.so3.spec import parse_architecture
+from molntk.models import SO3ModelRecipe
+
+#: The SO(3) model defaults every section below takes its own from.
+RECIPE = SO3ModelRecipe()
 
 
 class SplitConfig(Section):
@@ -70,9 +77,9 @@ class FeatureMapsConfig(Section):
     band limit L, angular smearing σ (rad) and radial basis (``kind: gaussian`` with
     ``n``, ``r_min``, ``r_cut``, ``width``; or ``kind: coulomb`` with ``powers``)."""
 
-    band_limit: Annotated[int, Field(strict=True, ge=1, le=13)] = 4
-    smearing_width: NonNegative = 0.5
-    radial: dict[str, Any] = {"kind": "gaussian", "n": 6, "r_min": 0.5, "r_cut": 5.0}
+    band_limit: Annotated[int, Field(strict=True, ge=1, le=13)] = RECIPE.features.band_limit
+    smearing_width: NonNegative = RECIPE.features.smearing_width
+    radial: dict[str, Any] = RECIPE.features.to_dict()["radial"]
 
     @model_validator(mode="after")
     def _valid_radial(self) -> FeatureMapsConfig:
@@ -96,13 +103,13 @@ class KernelConfig(Section):
     atoms; not permutation invariant) applies to the SO(3) NTK only; the baselines then
     use element pairing."""
 
-    mode: Literal["fast", "exact"] = "fast"
-    grid_band_limit: Annotated[int, Field(strict=True, ge=1, le=12)] = 2
-    sampling: Literal["gauss-legendre", "driscoll-healy", "lebedev"] = "gauss-legendre"
-    pairing: Literal["element", "shared", "atom-index"] = "element"
-    dtype: Literal["float64", "float32"] = "float64"
+    mode: Literal["fast", "exact"] = RECIPE.mode
+    grid_band_limit: Annotated[int, Field(strict=True, ge=1, le=12)] = RECIPE.grid_band_limit
+    sampling: Literal["gauss-legendre", "driscoll-healy", "lebedev"] = RECIPE.sampling
+    pairing: Literal["element", "shared", "atom-index"] = RECIPE.pairing
+    dtype: Literal["float64", "float32"] = RECIPE.dtype
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    block_size: Count = 512
+    block_size: Count = RECIPE.block_size
     threads: Count | None = None
 
 
@@ -111,8 +118,8 @@ class SO3Candidate(Section):
     ``smearing_width`` (rad) replaces the feature maps' angular smearing for this candidate."""
 
     layers: str
-    sigma_w: Positive = 1.0
-    sigma_b: NonNegative = 0.0
+    sigma_w: Positive = RECIPE.sigma_w
+    sigma_b: NonNegative = RECIPE.sigma_b
     smearing_width: NonNegative | None = None
 
     @model_validator(mode="after")
@@ -136,9 +143,7 @@ class MLPCandidate(Section):
 class SO3ModelConfig(Section):
     """The SO(3) NTK: architectures to choose from on training data."""
 
-    candidates: Annotated[list[SO3Candidate], Field(min_length=1)] = [
-        SO3Candidate(layers="lift:3 relu pool dense", sigma_w=1.0, sigma_b=0.1)
-    ]
+    candidates: Annotated[list[SO3Candidate], Field(min_length=1)] = [SO3Candidate(layers=RECIPE.layers)]
 
 
 class MLPModelConfig(Section):
@@ -234,7 +239,7 @@ class QM9RegressionConfig(Section):
     cv: Literal["loo", "kfold", "gcv"] = "loo"
     residual: Literal["auto", "dressed-atom", "none"] = "auto"
     reduce: Literal["auto", "sum", "mean"] = "auto"
-    psd_rtol: Annotated[float, Field(gt=0, lt=1)] = 1e-4
+    psd_rtol: Annotated[float, Field(gt=0, lt=1)] = RECIPE.psd_rtol
     eigh_max: Count = 5000
     large_solver: Literal["auto", "cholesky", "pcg"] = "auto"
     pcg_tol: Annotated[float, Field(gt=0, lt=1)] = 1e-8
@@ -295,7 +300,7 @@ class SparseConfig(Section):
     selection: Literal["fps", "random"] = "fps"
     seed: Seed = 0
     exact_up_to: Count | None = None
-    rank_rtol: Annotated[float, Field(gt=0, lt=1)] = 1e-10
+    rank_rtol: Annotated[float, Field(gt=0, lt=1)] = RECIPE.rank_rtol
 
 
 class InvarianceConfig(Section):

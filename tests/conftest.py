@@ -11,9 +11,12 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from molntk.data.molecule import Molecule
 from molntk.data.qm9 import CACHE_ENV, QM9, load_qm9
+from molntk.models.so3_ntk import SO3NTKRegressor
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -31,6 +34,15 @@ def molntk_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 def qm9(molntk_cache_dir: Path) -> QM9:
     """All of QM9 (qm9pack), through the session's cache."""
     return load_qm9()
+
+
+@pytest.fixture(scope="session")
+def fitted_so3(qm9: QM9) -> tuple[SO3NTKRegressor, list[Molecule], np.ndarray]:
+    """An SO(3) NTK estimator fitted on QM9 molecules 1–30 (U0), with molecules 1–40 and
+    their targets (31–40 are its test set); shared by the estimator and predict tests."""
+    mols = qm9.molecules(range(1, 41))
+    y = np.asarray(qm9.target("u0_atom")[1:41])
+    return SO3NTKRegressor(grid_band_limit=2, psd_rtol=1e-4).fit(mols[:30], y[:30]), mols, y
 
 
 @pytest.fixture(scope="session")

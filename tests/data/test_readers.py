@@ -34,7 +34,7 @@ from molntk.data.readers import (
 )
 from molntk.errors import InputError
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "data" / "examples"
 QM9_ELEMENTS = (1, 6, 7, 8, 9)
 #: RDKit releases without rdBase.CaptureErrorLog give no parse-error reasons to quote.
 RDKIT_LOG_CAPTURED = hasattr(rdBase, "CaptureErrorLog")

@@ -5,7 +5,7 @@ in a subprocess, since the variable is read when the kernel is defined): the sam
 source, its arithmetic evaluated elementwise by numpy in float64, so the comparison checks
 the formulas, the float64 constants, masking of partial row and column blocks and the
 per-row sums. On CUDA the compiled kernel is compared the same way (and with the CPU
-results). Tolerance: as in tests/test_pooled_activations.py, the same formulas in float64
+results). Tolerance: as in tests/kernels/test_pooled_activations.py, the same formulas in float64
 differ from the torch path by at most c · K · ε · Σ_k |w_k t_k| per pair (c = 4).
 """
 

@@ -35,7 +35,7 @@ from molntk.features.environments import FeatureConfig, environment_features
 from molntk.features.radial import GaussianBasis
 from molntk.kernels.empirical import empirical_ntk, monte_carlo_nngp
 from molntk.kernels.so3 import Dense, Lift, Nonlinearity, Pool, SO3Grid, serial
-from molntk.kernels.so3.wigner import flatten_blocks, wigner_blocks
+from molntk.kernels.so3.wigner import coeff_slices, flatten_blocks, wigner_blocks
 
 CONFIG = FeatureConfig(band_limit=3, smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0))
 BOHR = 0.52917721067  # Å (ase.units.Bohr, CODATA 2014)
@@ -214,6 +214,34 @@ def test_random_rotation_sets_give_symmetric_kernels(envs):
     _, ntk = aug.env_kernel(envs)
     assert torch.allclose(ntk, ntk.T, rtol=1e-12, atol=0)
     assert len(aug.rotations) == 14
+
+
+def _rotate(x, table, k, band_limit):
+    out, offset = torch.empty_like(x), 0
+    for l, s in enumerate(coeff_slices(band_limit)):
+        d = 2 * l + 1
+        out[..., s] = x[..., s] @ table[k, offset : offset + d * d].reshape(d, d).T
+        offset += d * d
+    return out
+
+
+def test_rotation_differences_give_the_symmetrised_network_kernel():
+    """Σ_k w_k Θ(f, ρ(g_i⁻¹g_j) f') over the difference set = Σ_ij w_i w_j Θ(ρ(g_i) f, ρ(g_j) f'),
+    computed by rotating the coefficients (erf: smooth, so rounding-level agreement), and PSD."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, 9, dtype=torch.float64)
+    base = RotationSet.random(2, seed=3)
+    arch = MLPArchitecture(1, "erf", 1.0, 0.1)
+    got = AugmentedMLPNTK(FeatureConfig(band_limit=3, smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0)), arch, RotationSet.differences(base)).env_kernel(x)[1]
+    table = wigner_table(3, base.alpha, base.beta, base.gamma)
+    mlp = MLPNTK(FeatureConfig(band_limit=3, smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0)), arch)
+    expected = sum(
+        base.weights[i] * base.weights[j] * mlp.env_kernel(_rotate(x, table, i, 3), _rotate(x, table, j, 3))[1]
+        for i in range(len(base))
+        for j in range(len(base))
+    )
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
+    assert torch.linalg.eigvalsh(got).min() > 0
 
 
 # --- element-resolved pair sums --------------------------------------------------------

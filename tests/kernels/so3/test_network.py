@@ -1,7 +1,7 @@
 """Proofs of the SO(3) kernel engine against independent computations (engine issue 5a–f).
 
 Inputs are random spherical-harmonic coefficients with a decaying spectrum (the engine
-sees only coefficients; real QM9 environments are used in test_so3_molecules.py).
+sees only coefficients; real QM9 environments are used in tests/molecular/test_so3.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from molntk.kernels.activations import get_activation
 from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
 from molntk.kernels.so3.wigner import coeff_slices, wigner_blocks
 from molntk.kernels.empirical import empirical_ntk, monte_carlo_nngp
-from so3_helpers import random_coefficients, rotate_coefficients
+from tests.helpers.so3 import random_coefficients, rotate_coefficients
 
 FULL = serial(
     Lift(3, 1.0, 0.2), Nonlinearity("relu"), GroupConv(2, 1.0, 0.2), Nonlinearity("relu"), Pool(), Dense(1.0, 0.2)
@@ -149,7 +149,7 @@ def test_empirical_ntk_converges_to_exact_kernel_like_inverse_sqrt_width():
     assert medians[-1] < 0.12, medians
 
 
-def test_monte_carlo_nngp_of_full_network_matches_exact_nngp():
+def test_monte_carlo_nngp_of_full_network_matches_exact_nngp(one_thread):
     """Average of f(x) f(x') over 400 random width-256 networks = exact-mode NNGP.
 
     Each entry must lie within 4 Monte Carlo standard errors plus the finite-width bias,

@@ -77,7 +77,7 @@ def test_lebedev_grid_matches_gauss_legendre_exactness_with_fewer_nodes():
     38 × 10 = 380 vs 500), and the fast-mode quadrature of a smooth (erf) network agrees
     with a fine Gauss–Legendre reference about as well as the GL grid of the same degree."""
     from molntk.kernels.so3 import Dense, Lift, Nonlinearity, Pool, serial
-    from so3_helpers import random_coefficients
+    from tests.helpers.so3 import random_coefficients
 
     leb, gl = SO3Grid(5, "lebedev"), SO3Grid(5)
     assert (leb.n_sphere, leb.n_gamma, len(leb), leb.exact_degree) == (38, 10, 380, gl.exact_degree)

@@ -1,6 +1,6 @@
-"""A cached block-kernel run as a separate process (used by tests/test_scale.py).
+"""A cached block-kernel run as a separate process (used by tests/scale/test_engine.py).
 
-    python tests/scale_job.py CACHE_DIR OUT.npz [DELAY_SECONDS]
+    python tests/helpers/scale_job.py CACHE_DIR OUT.npz [DELAY_SECONDS]
 
 Computes the train × train and test × train kernels of a small SO(3) model on the first 30
 QM9 molecules (train 0..23, test 24..29) in blocks of 4 molecules with the block cache in

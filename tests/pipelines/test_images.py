@@ -146,6 +146,7 @@ def test_cli_run_tiny_digits_writes_every_file(tmp_path):
     assert json.loads(result.stdout)["result"]["results"] == report["results"]
 
 
+@pytest.mark.slow
 def test_gcnn_beats_cnn_gap_on_rotated_digits(tmp_path):
     """60 training / 60 test digits, 10×10, random continuous rotations.
 
@@ -207,7 +208,7 @@ def test_augmented_cnn_predicts_like_gcnn(tmp_path):
 
 def test_nct_tiles_split_and_run(tiles, tmp_path):
     """The 9 real tiles (one per class) split into 6 training and 3 test tiles without loss or
-    repetition, and run through the pipeline (labels of the loader are checked in test_images.py)."""
+    repetition, and run through the pipeline (the loader's labels: tests/data/test_images.py)."""
     config = image_config(
         tmp_path,
         data={"source": "nct-crc-he", "path": str(tiles), "size": 8, "n_test": 3},

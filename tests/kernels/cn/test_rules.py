@@ -6,7 +6,7 @@ lifting or group-convolution layer, applied to the empirical covariance of fixed
 features, must equal J Jᵀ of the finite layer with one output channel — to float
 precision, for interpolated rotations (n = 3, 8) as for exact ones, in every padding.
 The rules run unreduced here (orbit 1, all n² rotation blocks: DESIGN §4 verbatim); the
-orbit-block reduction is checked against them in test_cn_kernels.py.
+orbit-block reduction is checked against them in test_network.py.
 """
 
 import math

@@ -19,7 +19,7 @@ from molntk.kernels.activations import get_activation
 from molntk.kernels.pooled_activations import asin_poly, fused_available, pooled_dual
 from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
 from molntk.kernels.so3.state import InputPair
-from so3_helpers import random_coefficients
+from tests.helpers.so3 import random_coefficients
 
 EPS = float(np.finfo(np.float64).eps)
 

@@ -19,7 +19,7 @@ from molntk.data.qm9 import QM9
 from molntk.errors import CacheError
 from molntk.pipelines.tasks import TASKS
 
-CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "qm9_summary.yaml")
+CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "qm9_summary.yaml")
 TARGET_STATS = {"unit", "count", "mean", "std", "min", "max"}
 
 METHANE_XYZ = """\

@@ -18,7 +18,7 @@ from molntk.pipelines.qm9.candidates import so3_recipe
 from molntk.pipelines.tasks import TASKS
 from molntk.regression.selection import DEFAULT_RELATIVE_GRID, lambda_grid, relative_grid_from
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 #: Settings that SO3NTKRegressor takes under the recipe's names.
 SHARED = ("layers", "sigma_w", "sigma_b", "grid_band_limit", "sampling", "mode", "pairing", "reduce", "dtype",
           "block_size", "psd_rtol", "rank_rtol")

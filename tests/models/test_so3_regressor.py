@@ -1,0 +1,65 @@
+"""The SO(3) NTK estimator (``SO3NTKRegressor``) on real QM9 molecules: save / load,
+model files of older versions, scikit-learn tools, files that are not models.
+The fitted estimator is the session fixture ``fitted_so3`` (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.model_selection import cross_val_score
+
+from molntk.errors import InputError
+from molntk.models.so3_ntk import SO3NTKRegressor
+
+
+def test_estimator_save_load_gives_identical_predictions(fitted_so3, tmp_path):
+    model, mols, y = fitted_so3
+    mean, std = model.predict(mols[30:], return_std=True)
+    assert np.all(std >= 0) and np.isfinite(mean).all()
+    assert np.abs(mean - y[30:]).mean() < np.abs(y[30:] - y[:30].mean()).mean()  # beats the mean predictor
+    path = model.save(tmp_path / "u0.molntk.npz")
+    loaded = SO3NTKRegressor.load(path)
+    mean2, std2 = loaded.predict(mols[30:], return_std=True)
+    assert np.array_equal(mean, mean2) and np.array_equal(std, std2)
+    assert loaded.get_params() == model.get_params()
+
+
+def test_model_files_without_a_sampling_load_with_the_grid_they_were_fitted_on(fitted_so3, tmp_path):
+    """Files written before ``sampling`` existed were fitted on Gauss–Legendre grids: loading
+    one must not switch it to the new default (a different kernel for the same weights)."""
+    model, mols, y = fitted_so3
+    gl = SO3NTKRegressor(**{**model.get_params(), "sampling": "gauss-legendre"}).fit(mols[:30], y[:30])
+    path = gl.save(tmp_path / "gl.npz")
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = dict(archive)
+    meta = json.loads(arrays["metadata"].tobytes().decode("utf-8"))
+    del meta["params"]["sampling"]
+    arrays["metadata"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    old = tmp_path / "old.npz"
+    np.savez(old, **arrays)
+    loaded = SO3NTKRegressor.load(old)
+    assert loaded.sampling == "gauss-legendre"
+    assert np.array_equal(loaded.predict(mols[30:]), gl.predict(mols[30:]))
+
+
+def test_estimator_works_with_scikit_learn_tools(qm9):
+    mols = qm9.molecules(range(1, 31))
+    y = np.asarray(qm9.target("u0_atom")[1:31])
+    est = SO3NTKRegressor(grid_band_limit=2, psd_rtol=1e-4, sigma_b=0.2)
+    assert clone(est).get_params()["sigma_b"] == 0.2
+    scores = cross_val_score(est, mols, y, cv=3, scoring="neg_mean_absolute_error")
+    assert scores.shape == (3,) and np.isfinite(scores).all()
+
+
+def test_loading_a_file_that_is_not_a_model_names_it(tmp_path):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, metadata=np.frombuffer(b'{"format": "other"}', dtype=np.uint8))
+    with pytest.raises(InputError, match="not a molntk SO\\(3\\) NTK model"):
+        SO3NTKRegressor.load(bad)
+    junk = tmp_path / "junk.npz"
+    junk.write_text("hello")
+    with pytest.raises(InputError, match="junk.npz"):
+        SO3NTKRegressor.load(junk)

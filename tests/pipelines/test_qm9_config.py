@@ -1,0 +1,46 @@
+"""The qm9-property configuration: each problem named with its key, cross-field checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from molntk.config import ConfigValidationError
+from molntk.pipelines.tasks import TASKS
+from tests.helpers.qm9_configs import SMALL
+
+
+def test_config_problems_name_their_keys(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "task: qm9-property\ntargets: [u0_atm]\nlearning_curve: {n_train: [10, 20], n_select: 30}\n"
+        "models: {so3_ntk: {candidates: [{layers: 'lift:3 tanh pool dense'}]}}\n"
+    )
+    with pytest.raises(ConfigValidationError) as info:
+        TASKS.load(str(path), ())
+    text = str(info.value)
+    assert "targets: unknown QM9 target 'u0_atm'" in text and "u0_atom" in text
+    assert "learning_curve.n_select: 30 exceeds the largest n_train 20" in text
+    assert "unknown layer 'tanh'" in text
+
+
+def test_eigh_max_applies_to_the_exact_sizes_only(tmp_path):
+    """λ comes from an eigendecomposition at the smallest exact size; with every size above
+    ``sparse.exact_up_to`` no exact model runs and eigh_max does not limit the sizes."""
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    sparse = ["sparse.models=[so3_ntk]", "sparse.environments=20"]
+    with pytest.raises(ConfigValidationError, match="below the smallest n_train 10"):
+        TASKS.load(str(config), ["regression.eigh_max=5", *sparse, "sparse.exact_up_to=10"])
+    assert TASKS.load(str(config), ["regression.eigh_max=5", *sparse, "sparse.exact_up_to=5"]).regression.eigh_max == 5
+
+
+def test_compute_section_is_validated(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    with pytest.raises(ConfigValidationError, match="exactly one of 'workers'"):
+        TASKS.load(str(config), ["compute.executor=dask"])
+    with pytest.raises(ConfigValidationError, match="only used with executor 'dask'"):
+        TASKS.load(str(config), ["compute.workers=2"])
+    with pytest.raises(ConfigValidationError, match="below the smallest n_train 10"):
+        TASKS.load(str(config), ["regression.eigh_max=5"])
+    assert TASKS.load(str(config), ["compute.executor=dask", "compute.scheduler=tcp://127.0.0.1:8786"]).compute.scheduler

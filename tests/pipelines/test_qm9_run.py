@@ -1,0 +1,252 @@
+"""The QM9 property pipeline (``molntk run`` with task qm9-property) on real QM9 molecules:
+the files it writes and its numbers, checked against computations done here (numpy least
+squares, scikit-learn KernelRidge), the large-N and sparse paths, the shipped full-split
+configs at small sizes, and several targets in one run.
+
+Kept small (tens of molecules, grid band limit 2–3). The configuration checks are in
+test_qm9_config.py; Dask, resume and device runs in tests/scale/test_qm9_runs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from molntk.cli.main import app
+from molntk.data.qm9 import QM9_ELEMENTS
+from molntk.data.splits import standard_split
+from molntk.features.environments import FeatureConfig, environment_features
+from molntk.molecular.baselines import PowerSpectrumKernel
+from molntk.pipelines.tasks import TASKS
+from molntk.regression import element_counts
+from tests.helpers.qm9_configs import FIXED, SMALL, TINY
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny")
+    config = folder / "tiny.yaml"
+    config.write_text(TINY + f"output: {folder / 'out'}\n")
+    result = CliRunner().invoke(app, ["run", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    return folder / "out", json.loads(result.stdout)
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+def test_pipeline_writes_every_file_with_the_required_keys(tiny_run):
+    out, document = tiny_run
+    for name in ("report.json", "metrics.csv", "learning_curve.png", "parity.png", "predictions.csv", "config.yaml"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = json.loads((out / "report.json").read_text())
+    records = report["results"]
+    required = {"model", "target", "n_train", "mae", "rmse", "r2", "unit", "fit_seconds", "predict_seconds", "invariance_error"}
+    assert all(required <= r.keys() for r in records)
+    models = {r["model"] for r in records}
+    assert models == {
+        "dressed-atom", "so3-ntk", "mlp-ntk", "augmented-mlp-ntk", "power-spectrum", "cm-laplacian", "bob-laplacian",
+        "soap-dscribe", "fchl19",
+    }
+    assert {r["n_train"] for r in records} == {20, 40}
+    assert document["result"]["records"] == records
+    chosen = [s for s in report["search"] if s["model"] == "so3-ntk" and s["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["cv_rmse"] > 0
+    # a larger training set costs more: cumulative shell times are measured, never extrapolated
+    so3 = sorted((r for r in records if r["model"] == "so3-ntk"), key=lambda r: r["n_train"])
+    assert so3[1]["fit_seconds"] > so3[0]["fit_seconds"]
+
+
+
+def _sets(qm9, n_train, n_test):
+    split = standard_split(len(qm9), 0)
+    return split.train[:n_train], split.test[:n_test]
+
+
+
+def test_dressed_atom_records_equal_numpy_least_squares(tiny_run, qm9):
+    _, document = tiny_run
+    train, test = _sets(qm9, 40, 25)
+    y = qm9.target("u0_atom")
+    C_train = element_counts(qm9.molecules(train.tolist()), QM9_ELEMENTS)
+    C_test = element_counts(qm9.molecules(test.tolist()), QM9_ELEMENTS)
+    w = np.linalg.lstsq(C_train, y[train], rcond=None)[0]
+    expected = np.abs(C_test @ w - y[test]).mean()
+    got = next(r for r in document["result"]["records"] if r["model"] == "dressed-atom" and r["n_train"] == 40)
+    # the pipeline's ridge is 1e-12 × mean(C²): a relative perturbation far below 1e-6
+    assert got["mae"] == pytest.approx(expected, rel=1e-6)
+
+
+
+def test_shell_assembled_kernel_ridge_equals_scikit_learn(tiny_run, qm9):
+    """The power-spectrum record at n = 40 = sklearn KernelRidge on the one-shot kernel with the
+    record's λ (the pipeline assembles the kernel from shells 0–20 and 20–40)."""
+    from sklearn.kernel_ridge import KernelRidge
+
+    from molntk.pipelines.qm9.evaluate import dressed_atom
+
+    out, document = tiny_run
+    record = next(r for r in document["result"]["records"] if r["model"] == "power-spectrum" and r["n_train"] == 40)
+    zeta = int(record["hyperparameters"].removeprefix("ζ="))
+    train_idx, test_idx = _sets(qm9, 40, 25)
+    train, test = qm9.molecules(train_idx.tolist()), qm9.molecules(test_idx.tolist())
+    y = qm9.target("u0_atom")[train_idx]
+    base_train, base_test = dressed_atom(train, y, test)
+    features = TASKS.load(out.parent / "tiny.yaml").features.feature_config()  # the run's
+    kern = PowerSpectrumKernel(features, zeta)
+    f_train, f_test = (environment_features(m, features) for m in (train, test))
+    K, K_test = kern(f_train).kernel.numpy(), kern(f_test, f_train).kernel.numpy()
+    reg = record["reg_relative"] * np.mean(np.diag(K))
+    residual = y - base_train
+    krr = KernelRidge(alpha=reg, kernel="precomputed").fit(K, residual - residual.mean())
+    pred = base_test + residual.mean() + krr.predict(K_test)
+    expected = np.abs(pred - qm9.target("u0_atom")[test_idx]).mean()
+    # same kernel and λ; solves differ only by rounding amplified by cond(K + λI) (reported)
+    assert record["mae"] == pytest.approx(expected, rel=1e-6)
+
+
+
+def test_invariance_errors_separate_invariant_from_non_invariant_models(tiny_run):
+    _, document = tiny_run
+    at = {r["model"]: r for r in document["result"]["records"] if r["n_train"] == 40}
+    for invariant in ("power-spectrum", "cm-laplacian", "bob-laplacian", "dressed-atom", "soap-dscribe", "fchl19"):
+        # exactly invariant descriptors: only rounding of rotated coordinates remains
+        assert at[invariant]["invariance_error"] < 1e-6 * at[invariant]["mae"], invariant
+    # the SO(3) NTK is invariant up to quadrature; the plain MLP NTK is not invariant at all
+    assert at["so3-ntk"]["invariance_error"] < 0.1 * at["mlp-ntk"]["invariance_error"]
+
+
+
+def test_sizes_above_eigh_max_reuse_the_cv_lambda_with_cholesky_or_pcg(tmp_path):
+    """eigh_max = 10: N = 10 chooses λ by LOO; N = 18 and 24 reuse its relative λ and solve
+    by Cholesky or by PCG on out-of-core matrices (N = 18 is a non-contiguous view of the
+    stored 24 × 24 matrix). Both solve the same system: PCG stops at a relative residual of
+    1e-12 and κ(K + λI) ≤ (n · max diag K + λ) / λ ≤ 24 / psd_rtol (λ ≥ psd_rtol · mean diag,
+    psd_rtol = 1e-4 here) ≈ 2.4e5, so the solutions, and the MAEs, agree to ≲ 3e-7 relative;
+    1e-6 leaves margin and still catches a wrong λ or system."""
+    config = tmp_path / "large.yaml"
+    config.write_text(SMALL.replace("n_train: [10, 24]", "n_train: [10, 18, 24]").replace("power_spectrum: {zetas: [1, 2]}", "power_spectrum: null"))
+    runs = {}
+    for solver, extra in {"cholesky": [], "pcg": ["--set", "compute.storage=disk", "--set", "regression.pcg_tol=1e-12"]}.items():
+        result = CliRunner().invoke(app, [
+            "run", str(config), "--json", "--set", f"output={tmp_path / solver}", "--set", "regression.eigh_max=10",
+            "--set", f"regression.large_solver={solver}", *extra,
+        ])
+        assert result.exit_code == 0, result.output
+        runs[solver] = {r["n_train"]: r for r in json.loads(result.stdout)["result"]["records"] if r["model"] == "so3-ntk"}
+    for solver, records in runs.items():
+        assert [records[n]["solver"] for n in (10, 18, 24)] == ["eigh", solver, solver]
+        assert records[18]["reg_relative"] == pytest.approx(records[10]["reg_relative"], rel=1e-12)
+        assert records[24]["reg_relative"] == pytest.approx(records[10]["reg_relative"], rel=1e-12)
+    for n in (18, 24):
+        assert runs["pcg"][n]["mae"] == pytest.approx(runs["cholesky"][n]["mae"], rel=1e-6)
+    assert runs["pcg"][10]["mae"] == runs["cholesky"][10]["mae"]
+
+
+
+def test_full_split_config_runs_its_path_at_small_n(tmp_path):
+    """configs/qm9_u0_full.yaml as shipped (out-of-core matrices, λ by LOO up to eigh_max,
+    then the large-N solver; sparse models beside them) with only the sizes shrunk: every
+    model is reported at every size, the exact sizes above eigh_max were solved without an
+    eigendecomposition, and each model's scratch matrices (exact and sparse) are gone
+    afterwards."""
+    config = Path(__file__).parents[2] / "configs" / "qm9_u0_full.yaml"
+    shrink = ["learning_curve.n_train=[10,16,22]", "learning_curve.n_test=6", "learning_curve.n_select=10",
+              "regression.eigh_max=10", "kernel.grid_band_limit=3", "kernel.threads=1", "invariance.n_molecules=2",
+              f"output={tmp_path / 'full'}"]
+    result = CliRunner().invoke(app, ["run", str(config), "--json", *[a for kv in shrink for a in ("--set", kv)]])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)["result"]
+    models = {"dressed-atom", "so3-ntk", "mlp-ntk", "power-spectrum", "cm-laplacian", "bob-laplacian",
+              "so3-ntk-sparse", "mlp-ntk-sparse", "power-spectrum-sparse"}
+    assert {(r["model"], r["n_train"]) for r in document["records"]} == {(m, n) for m in models for n in (10, 16, 22)}
+    for r in document["records"]:
+        if r["model"].endswith("-sparse"):
+            assert r["solver"] == "sparse", r
+        elif r["model"] != "dressed-atom":
+            assert r["solver"] == ("eigh" if r["n_train"] == 10 else "cholesky"), r
+        assert math.isfinite(r["mae"])
+    assert {k["storage"] for k in document["kernel_seconds"]} == {"disk"}
+    assert not list((tmp_path / "full" / "kernel_matrices").iterdir())
+
+
+
+def test_full_split_so3_config_runs_sparse_only_at_small_n(tmp_path):
+    """configs/qm9_u0_full_so3.yaml as shipped (one candidate, no exact model, no selection
+    set) with the sizes shrunk: only the dressed atoms and the sparse SO(3) NTK are reported,
+    and the batch log (stderr not a terminal) has plain progress lines."""
+    config = Path(__file__).parents[2] / "configs" / "qm9_u0_full_so3.yaml"
+    shrink = ["learning_curve.n_train=[30]", "learning_curve.n_test=6", "sparse.environments=40",
+              "kernel.grid_band_limit=3", "kernel.threads=1", "invariance.n_molecules=2", f"output={tmp_path / 'so3'}"]
+    result = CliRunner().invoke(app, ["run", str(config), "--json", *[a for kv in shrink for a in ("--set", kv)]])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)["result"]
+    assert {(r["model"], r["n_train"]) for r in document["records"]} == {("dressed-atom", 30), ("so3-ntk-sparse", 30)}
+    sparse = next(r for r in document["records"] if r["model"] == "so3-ntk-sparse")
+    assert sparse["n_inducing"] == 40 and math.isfinite(sparse["mae"])
+    assert isinstance(sparse["reg_at_grid_edge"], bool)  # λ chosen by LOO: whether at an end of its grid
+    assert "so3-ntk-sparse-sum: " in result.stderr and " blocks, " in result.stderr
+
+
+
+def test_several_targets_share_kernels_by_reduction(tmp_path):
+    """HOMO (intensive: mean-pooled kernel, no dressed atoms), U0 and μ (sum) in one run: one
+    kernel per reduction, each target fitted on its own; dressed atoms are reported for all."""
+    config = tmp_path / "multi.yaml"
+    config.write_text(
+        "task: qm9-property\ntargets: [homo, u0_atom, mu]\n"
+        "learning_curve: {n_train: [20, 30], n_test: 10, n_select: 20}\ninvariance: {n_molecules: 0}\n" + FIXED +
+        "models: {so3_ntk: null, mlp_ntk: null, augmented_mlp_ntk: null, coulomb_matrix: null, bag_of_bonds: null,\n"
+        "         power_spectrum: {zetas: [1, 2]}}\n"
+        f"output: {tmp_path / 'out'}\ncache: false\n"
+    )
+    result = CliRunner().invoke(app, ["run", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)["result"]
+    reduces = {s["reduce"]: s["targets"] for s in document["search"]}
+    assert reduces == {"mean": ["homo"], "sum": ["u0_atom", "mu"]}
+    assert [k["reduce"] for k in document["kernel_seconds"]] == ["mean", "sum"]
+    pairs = {(r["model"], r["target"]) for r in document["records"]}
+    assert pairs == {(m, t) for m in ("dressed-atom", "power-spectrum") for t in ("homo", "u0_atom", "mu")}
+    assert {r["unit"] for r in document["records"] if r["target"] == "homo"} == {"meV"}
+    assert all(r["invariance_error"] is None for r in document["records"])
+    for target in ("homo", "u0_atom", "mu"):
+        assert (tmp_path / "out" / f"learning_curve_{target}.png").exists()
+
+
+
+@pytest.mark.slow
+def test_sparse_models_on_every_training_environment_equal_the_exact_models(tmp_path):
+    """``sparse`` with more inducing environments than the 24 training molecules have: at
+    n = 24 every training environment is inducing, so the Nyström kernel K_nm K_mm⁺ K_mn is
+    the exact molecular kernel (Σ over environment pairs, push-through identity), the LOO
+    curves coincide and the power spectrum's sparse model equals its exact one: same λ,
+    MAE to 1e-7 relative (with rank_rtol = 1e-12, K_mm's pseudo-inverse drops eigenvalues
+    below 1e-12 · s_max only, a rounding-level change of the kernel amplified at most by
+    κ(K + λI) ≤ 1e4 for λ ≥ psd_rtol · mean diag K). ``exact_up_to: 10`` leaves the exact models out at n = 24."""
+    config = tmp_path / "sparse.yaml"
+    config.write_text(SMALL + "sparse: {models: [so3_ntk, power_spectrum], environments: 100000, selection: random, rank_rtol: 1.0e-12}\n")
+    result = CliRunner().invoke(app, ["run", str(config), "--json", "--set", f"output={tmp_path / 'all'}"])
+    assert result.exit_code == 0, result.output
+    records = {(r["model"], r["n_train"]): r for r in json.loads(result.stdout)["result"]["records"]}
+    for model in ("so3-ntk", "power-spectrum"):
+        sparse, exact = records[(model + "-sparse", 24)], records[(model, 24)]
+        assert sparse["solver"] == "sparse" and sparse["n_inducing"] > 24
+        assert math.isfinite(records[(model + "-sparse", 10)]["mae"])
+    sparse, exact = records[("power-spectrum-sparse", 24)], records[("power-spectrum", 24)]
+    assert sparse["reg_relative"] == pytest.approx(exact["reg_relative"], rel=1e-12)
+    assert sparse["mae"] == pytest.approx(exact["mae"], rel=1e-7)
+
+    result = CliRunner().invoke(app, ["run", str(config), "--json", "--set", f"output={tmp_path / 'cut'}",
+                                      "--set", "sparse.exact_up_to=10", "--set", "sparse.environments=30"])
+    assert result.exit_code == 0, result.output
+    pairs = {(r["model"], r["n_train"]) for r in json.loads(result.stdout)["result"]["records"]}
+    assert ("so3-ntk", 10) in pairs and ("so3-ntk", 24) not in pairs
+    assert {("so3-ntk-sparse", 10), ("so3-ntk-sparse", 24), ("power-spectrum-sparse", 24)} <= pairs
+

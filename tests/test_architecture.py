@@ -19,13 +19,6 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "molntk"
 
-#: Cycles (through imports inside functions) that another branch of the same refactoring
-#: removes: kernels/pooled_activations.py <-> kernels/pooled_activations_triton.py. Drop
-#: this list once it is merged.
-KNOWN_CYCLES = [
-    {"molntk.kernels.pooled_activations", "molntk.kernels.pooled_activations_triton"},
-]
-
 
 def module_name(path: Path) -> str:
     """``molntk/a/b.py`` → ``molntk.a.b``; ``molntk/a/__init__.py`` → ``molntk.a``."""
@@ -162,5 +155,28 @@ def test_no_import_cycles_at_module_level() -> None:
 
 
 def test_no_import_cycles_through_deferred_imports() -> None:
-    found = [c for c in cycles(import_graph(strict=True)) if set(c) not in KNOWN_CYCLES]
+    found = cycles(import_graph(strict=True))
     assert not found, "import cycles among molntk modules:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def is_private(name: str) -> bool:
+    """``_name`` (one leading underscore; dunders such as ``__version__`` are public)."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_private_name_is_imported_from_another_module(name: str) -> None:
+    """``from molntk.a import _x`` couples a module to another's internals: a name used
+    across modules is public. (``molntk._version`` holds only the public ``__version__``.)"""
+    offending = [
+        f"{node.module}.{alias.name}"
+        for node in all_imports(parse(name))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("molntk")
+        for alias in node.names
+        if is_private(alias.name) or any(is_private(part) for part in (node.module or "").split(".") if part != "_version")
+    ]
+    assert not offending, f"{MODULES[name]} imports private names: {offending}"
+
+
+def test_private_names_are_recognised() -> None:
+    assert is_private("_scatter_block") and not is_private("__version__") and not is_private("pair_sum")

@@ -10,13 +10,13 @@ subset; :func:`nested_subsets` takes such prefixes for learning curves.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from molntk.errors import InputError
+from molntk.utils.checks import integer
 
 #: QM9 standard split sizes (training, validation); the test set is the rest.
 QM9_N_TRAIN = 110_000
@@ -37,15 +37,6 @@ class Split:
         return {"train": int(self.train.size), "valid": int(self.valid.size), "test": int(self.test.size)}
 
 
-def _count(value: object, name: str, *, minimum: int) -> int:
-    """``value`` as an int ≥ ``minimum``; :class:`InputError` naming ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InputError(name, f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise InputError(name, f"must be at least {minimum}, got {value}")
-    return int(value)
-
-
 def _frozen(array: np.ndarray) -> np.ndarray:
     array = np.array(array, dtype=np.int64)
     array.setflags(write=False)
@@ -60,10 +51,10 @@ def standard_split(n: int, seed: int = 0, n_train: int = QM9_N_TRAIN, n_valid: i
     ``(n, seed)`` always gives the same split. Raises :class:`InputError` when
     ``n_train + n_valid > n`` or a size or the seed is not a non-negative integer.
     """
-    n = _count(n, "n", minimum=1)
-    seed = _count(seed, "seed", minimum=0)
-    n_train = _count(n_train, "n_train", minimum=1)
-    n_valid = _count(n_valid, "n_valid", minimum=0)
+    n = integer(n, "n", minimum=1)
+    seed = integer(seed, "seed", minimum=0)
+    n_train = integer(n_train, "n_train", minimum=1)
+    n_valid = integer(n_valid, "n_valid", minimum=0)
     if n_train + n_valid > n:
         raise InputError(
             "n_train + n_valid", f"{n_train} + {n_valid} = {n_train + n_valid} exceeds the {n} molecules available"
@@ -88,7 +79,7 @@ def nested_subsets(train_indices: np.ndarray, sizes: Iterable[int]) -> dict[int,
     train = np.asarray(train_indices)
     if train.ndim != 1 or (train.size and train.dtype.kind not in "iu"):
         raise InputError("train_indices", f"must be a 1-d integer array, got shape {train.shape} and dtype {train.dtype}")
-    checked = sorted({_count(size, "subset size", minimum=1) for size in sizes})
+    checked = sorted({integer(size, "subset size", minimum=1) for size in sizes})
     too_large = [size for size in checked if size > train.size]
     if too_large:
         raise InputError("subset size", f"{too_large[0]} exceeds the {train.size} training molecules")

@@ -46,6 +46,7 @@ import dataclasses
 import json
 import numbers
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,7 @@ def as_molecules(X: Any, name: str = "X") -> list[Molecule]:
     return out
 
 
+@dataclass(eq=False, repr=False)
 class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     """Kernel regression with the NTK of an SO(3) group-convolutional network (module docstring).
 
@@ -119,55 +121,29 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     :class:`~molntk.features.environments.EnvironmentBatch` of one-environment molecules).
     """
 
-    def __init__(
-        self,
-        layers: str = DEFAULTS.layers,
-        sigma_w: float = DEFAULTS.sigma_w,
-        sigma_b: float = DEFAULTS.sigma_b,
-        band_limit: int = DEFAULTS.features.band_limit,
-        smearing_width: float | None = DEFAULTS.features.smearing_width,
-        radial: dict[str, Any] | None = None,
-        elements: Sequence[int] = DEFAULTS.features.elements,
-        grid_band_limit: int = DEFAULTS.grid_band_limit,
-        sampling: str = DEFAULTS.sampling,
-        mode: str = DEFAULTS.mode,
-        pairing: str = DEFAULTS.pairing,
-        reduce: str = DEFAULTS.reduce,
-        residual: bool = True,
-        reg: float | str = "cv",
-        cv: str = "loo",
-        psd_rtol: float = DEFAULTS.psd_rtol,
-        dtype: str = DEFAULTS.dtype,
-        device: str = "cpu",
-        block_size: int = DEFAULTS.block_size,
-        inducing: int | None = None,
-        inducing_selection: str = "fps",
-        inducing_seed: int = 0,
-        rank_rtol: float = DEFAULTS.rank_rtol,
-    ) -> None:
-        self.layers = layers
-        self.sigma_w = sigma_w
-        self.sigma_b = sigma_b
-        self.band_limit = band_limit
-        self.smearing_width = smearing_width
-        self.radial = radial
-        self.elements = elements
-        self.grid_band_limit = grid_band_limit
-        self.sampling = sampling
-        self.mode = mode
-        self.pairing = pairing
-        self.reduce = reduce
-        self.residual = residual
-        self.reg = reg
-        self.cv = cv
-        self.psd_rtol = psd_rtol
-        self.dtype = dtype
-        self.device = device
-        self.block_size = block_size
-        self.inducing = inducing
-        self.inducing_selection = inducing_selection
-        self.inducing_seed = inducing_seed
-        self.rank_rtol = rank_rtol
+    layers: str = DEFAULTS.layers
+    sigma_w: float = DEFAULTS.sigma_w
+    sigma_b: float = DEFAULTS.sigma_b
+    band_limit: int = DEFAULTS.features.band_limit
+    smearing_width: float | None = DEFAULTS.features.smearing_width
+    radial: dict[str, Any] | None = None
+    elements: Sequence[int] = DEFAULTS.features.elements
+    grid_band_limit: int = DEFAULTS.grid_band_limit
+    sampling: str = DEFAULTS.sampling
+    mode: str = DEFAULTS.mode
+    pairing: str = DEFAULTS.pairing
+    reduce: str = DEFAULTS.reduce
+    residual: bool = True
+    reg: float | str = "cv"
+    cv: str = "loo"
+    psd_rtol: float = DEFAULTS.psd_rtol
+    dtype: str = DEFAULTS.dtype
+    device: str = "cpu"
+    block_size: int = DEFAULTS.block_size
+    inducing: int | None = None
+    inducing_selection: str = "fps"
+    inducing_seed: int = 0
+    rank_rtol: float = DEFAULTS.rank_rtol
 
     # -- pieces built from the parameters ------------------------------------------------
 

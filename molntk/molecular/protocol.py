@@ -21,7 +21,7 @@ Descriptors follow :class:`Descriptors`: ``select(indices)`` (the descriptors of
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -41,45 +41,31 @@ class Descriptors(Protocol):
     def to(self: D, device: str) -> D: ...
 
 
-class KernelMatrices(Mapping[str, Tensor]):
+class KernelMatrices(dict[str, Tensor]):
     """The named molecular kernel matrices of one call, each (M1, M2).
 
     Kernels of networks return ``{"nngp": K, "ntk": Θ}`` (the NNGP and the NTK), classic
     kernels ``{"kernel": K}``; the matrices also read as attributes (``result.ntk``).
     """
 
-    __slots__ = ("_matrices",)
-
-    def __init__(self, **matrices: Tensor) -> None:
-        self._matrices = dict(matrices)
-
-    def __getitem__(self, name: str) -> Tensor:
-        return self._matrices[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._matrices)
-
-    def __len__(self) -> int:
-        return len(self._matrices)
-
     def __repr__(self) -> str:
-        shapes = ", ".join(f"{name}={tuple(t.shape)}" for name, t in self._matrices.items())
+        shapes = ", ".join(f"{name}={tuple(t.shape)}" for name, t in self.items())
         return f"KernelMatrices({shapes})"
 
     @property
     def nngp(self) -> Tensor:
         """The NNGP K of a network's kernel."""
-        return self._matrices["nngp"]
+        return self["nngp"]
 
     @property
     def ntk(self) -> Tensor:
         """The NTK Θ of a network's kernel."""
-        return self._matrices["ntk"]
+        return self["ntk"]
 
     @property
     def kernel(self) -> Tensor:
         """The matrix of a classic kernel."""
-        return self._matrices["kernel"]
+        return self["kernel"]
 
 
 @runtime_checkable

@@ -15,6 +15,7 @@ condition number). Kernels then learn the residual y - ŷ.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import Protocol
 
 import numpy as np
@@ -56,6 +57,7 @@ def element_counts(molecules: Iterable[HasNumbers], elements: Sequence[int | str
     return np.array(rows, dtype=np.int64).reshape(-1, len(zs))
 
 
+@dataclass(eq=False, repr=False)
 class DressedAtomModel(RegressorMixin, BaseEstimator):
     """Per-element linear model y ≈ C w (+ b), a scikit-learn estimator: ``fit(counts, y)``,
     ``predict(counts)`` with counts the (N, E) matrix of :func:`element_counts`.
@@ -66,9 +68,9 @@ class DressedAtomModel(RegressorMixin, BaseEstimator):
     without ``intercept``), shaped like the targets.
     """
 
-    def __init__(self, *, intercept: bool = False, ridge: float = 1e-12) -> None:
-        self.intercept = intercept
-        self.ridge = ridge
+    _: KW_ONLY
+    intercept: bool = False
+    ridge: float = 1e-12
 
     @staticmethod
     def _counts(counts: object, *, columns: int | None = None) -> np.ndarray:

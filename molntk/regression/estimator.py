@@ -42,7 +42,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 
 import numpy as np
 import scipy.linalg
@@ -64,6 +64,7 @@ from molntk.regression.spectral import (
     eigensystem,
     warn_if_ill_conditioned,
 )
+from molntk.utils.checks import integer
 
 METHODS = ("ntk", "nngp")
 SOLVERS = ("eigh", "cholesky", "pcg")
@@ -77,6 +78,7 @@ class PCGConvergenceWarning(UserWarning):
     relative residual reached, and is accurate to about cond(K + λI) times it."""
 
 
+@dataclass(eq=False, repr=False)
 class KernelRegressor(RegressorMixin, BaseEstimator):
     """Kernel regression on a precomputed NTK or NNGP kernel (a scikit-learn estimator).
 
@@ -117,40 +119,22 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
     ``reg_``, ``target_mean_``, ``target_scale_``, ``n_train_`` and ``n_targets_``.
     """
 
-    def __init__(
-        self,
-        method: str = "ntk",
-        *,
-        t: float = math.inf,
-        lr: float = 1.0,
-        reg: float | str = "cv",
-        cv: str = "loo",
-        standardize: bool = True,
-        relative_grid: Sequence[float] | None = None,
-        n_folds: int = 5,
-        seed: int = 0,
-        psd_rtol: float = PSD_RTOL,
-        solver: str = "eigh",
-        pcg_tol: float = 1e-10,
-        pcg_max_iter: int = 1000,
-        preconditioner: str = "pivoted-cholesky",
-        preconditioner_rank: int = 200,
-    ) -> None:
-        self.method = method
-        self.t = t
-        self.lr = lr
-        self.reg = reg
-        self.cv = cv
-        self.standardize = standardize
-        self.relative_grid = relative_grid
-        self.n_folds = n_folds
-        self.seed = seed
-        self.psd_rtol = psd_rtol
-        self.solver = solver
-        self.pcg_tol = pcg_tol
-        self.pcg_max_iter = pcg_max_iter
-        self.preconditioner = preconditioner
-        self.preconditioner_rank = preconditioner_rank
+    method: str = "ntk"
+    _: KW_ONLY
+    t: float = math.inf
+    lr: float = 1.0
+    reg: float | str = "cv"
+    cv: str = "loo"
+    standardize: bool = True
+    relative_grid: Sequence[float] | None = None
+    n_folds: int = 5
+    seed: int = 0
+    psd_rtol: float = PSD_RTOL
+    solver: str = "eigh"
+    pcg_tol: float = 1e-10
+    pcg_max_iter: int = 1000
+    preconditioner: str = "pivoted-cholesky"
+    preconditioner_rank: int = 200
 
     def __sklearn_tags__(self) -> Tags:
         """scikit-learn's tags with ``input_tags.pairwise``: X is a kernel matrix (its columns
@@ -174,13 +158,13 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         validation.choice(self.cv, "cv", CRITERIA)
         if self.reg == "cv" and self.cv == "loo" and not math.isinf(t):
             raise InputError("cv", "the closed-form LOO is exact only at t = inf; use 'kfold' or 'gcv' at finite t")
-        validation.integer(self.n_folds, "n_folds", minimum=2)
-        validation.integer(self.seed, "seed", minimum=0)
+        integer(self.n_folds, "n_folds", minimum=2)
+        integer(self.seed, "seed", minimum=0)
         validation.positive(self.psd_rtol, "psd_rtol")
         validation.positive(self.pcg_tol, "pcg_tol")
-        validation.integer(self.pcg_max_iter, "pcg_max_iter", minimum=1)
+        integer(self.pcg_max_iter, "pcg_max_iter", minimum=1)
         validation.choice(self.preconditioner, "preconditioner", PRECONDITIONERS)
-        validation.integer(self.preconditioner_rank, "preconditioner_rank", minimum=1)
+        integer(self.preconditioner_rank, "preconditioner_rank", minimum=1)
 
     def _check_large_n_settings(self) -> None:
         """``"cholesky"`` and ``"pcg"`` compute (K + λI)⁻¹ Z for one given λ > 0 only."""

@@ -37,6 +37,7 @@ from molntk.errors import InputError
 from molntk.regression import validation
 from molntk.regression.ntk import ntk_filter
 from molntk.regression.spectral import PSD_RTOL, Eigensystem, eigensystem
+from molntk.utils.checks import integer
 
 CRITERIA = ("loo", "kfold", "gcv")
 #: Default λ grid relative to mean(diag K): 1e-10 … 1, two points per decade.
@@ -95,9 +96,9 @@ class CVResult:
 
 def fold_ids(n: int, n_folds: int, seed: int = 0) -> np.ndarray:
     """Fold index (0..n_folds-1) of each of n points: ``ids[perm[i]] = i mod n_folds``."""
-    n = validation.integer(n, "n", minimum=1)
-    n_folds = validation.integer(n_folds, "n_folds", minimum=2)
-    seed = validation.integer(seed, "seed", minimum=0)
+    n = integer(n, "n", minimum=1)
+    n_folds = integer(n_folds, "n_folds", minimum=2)
+    seed = integer(seed, "seed", minimum=0)
     if n_folds > n:
         raise InputError("n_folds", f"{n_folds} folds need at least {n_folds} training points, got {n}")
     ids = np.empty(n, dtype=np.int64)

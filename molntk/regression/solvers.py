@@ -37,7 +37,8 @@ import scipy.linalg
 
 from molntk.errors import InputError
 from molntk.regression.nystrom import RANK_RTOL, nystrom_factors
-from molntk.regression.validation import integer, matrix, nonnegative, positive, restore, targets
+from molntk.regression.validation import matrix, nonnegative, positive, restore, targets
+from molntk.utils.checks import integer
 
 PRECONDITIONERS = ("pivoted-cholesky", "jacobi")
 

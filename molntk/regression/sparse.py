@@ -35,6 +35,7 @@ import math
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -61,6 +62,7 @@ def sparse_loo_residuals(
     return validation.restore(residual / complement[:, None], was_1d)
 
 
+@dataclass(eq=False, repr=False)
 class SparseKernelRegressor(RegressorMixin, BaseEstimator):
     """Kernel ridge on the Nyström kernel K̃ = K_nm K_mm⁺ K_mn of m inducing points (module
     docstring), a scikit-learn estimator: ``fit(K_nm, K_mm, Y)``, ``predict(K_tm)``.
@@ -88,20 +90,12 @@ class SparseKernelRegressor(RegressorMixin, BaseEstimator):
     method: ClassVar[str] = "ntk"
     t: ClassVar[float] = math.inf
 
-    def __init__(
-        self,
-        *,
-        reg: float | str = "cv",
-        cv: str = "loo",
-        standardize: bool = True,
-        relative_grid: Sequence[float] | None = None,
-        rank_rtol: float = RANK_RTOL,
-    ) -> None:
-        self.reg = reg
-        self.cv = cv
-        self.standardize = standardize
-        self.relative_grid = relative_grid
-        self.rank_rtol = rank_rtol
+    _: KW_ONLY
+    reg: float | str = "cv"
+    cv: str = "loo"
+    standardize: bool = True
+    relative_grid: Sequence[float] | None = None
+    rank_rtol: float = RANK_RTOL
 
     def check_params(self) -> None:
         """Raise :class:`InputError` naming the first parameter out of range."""

@@ -104,15 +104,6 @@ def positive(value: object, name: str) -> float:
     return number
 
 
-def integer(value: object, name: str, *, minimum: int) -> int:
-    """An integer ≥ ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InputError(name, f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise InputError(name, f"must be at least {minimum}, got {value}")
-    return int(value)
-
-
 def choice(value: object, name: str, options: tuple[str, ...]) -> str:
     """One of ``options``."""
     if value not in options:

@@ -4,7 +4,9 @@ Data flow: :mod:`molntk.data` (molecules, QM9) → :mod:`molntk.features` (spher
 feature maps) → :mod:`molntk.kernels` (NTK/NNGP recursions) → :mod:`molntk.molecular`
 (molecular kernels and baselines) → :mod:`molntk.regression` (kernel regression) →
 :mod:`molntk.models` (end-to-end models: :class:`~molntk.models.SO3NTKRegressor`) →
-:mod:`molntk.pipelines` (reports, CLI jobs).
+:mod:`molntk.scale` (kernel matrices in blocks: cache, GPUs, Dask) → :mod:`molntk.pipelines`
+(configured jobs that return data and write files) → :mod:`molntk.cli` (the ``molntk``
+command; the only place that prints). The mathematics: docs/mathematics.md.
 """
 
 from molntk._version import __version__

@@ -56,6 +56,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from molntk._version import __version__
 from molntk.data.molecule import Molecule
+from molntk.data.readers import molecule_from_atoms
 from molntk.errors import InputError
 from molntk.features.environments import EnvironmentBatch, FeatureConfig
 from molntk.features.inducing import SELECTIONS, environments_as_molecules, inducing_environments
@@ -78,8 +79,6 @@ FORMAT_VERSION = 1
 
 def as_molecules(X: Any, name: str = "X") -> list[Molecule]:
     """A list of :class:`Molecule` from molecules or ``ase.Atoms`` (InputError naming the item otherwise)."""
-    from molntk.data.readers import molecule_from_atoms  # ase and rdkit: optional heavy packages
-
     if isinstance(X, Molecule):
         X = [X]
     out = []

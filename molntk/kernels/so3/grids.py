@@ -41,6 +41,7 @@ from functools import cached_property
 import numpy as np
 import torch
 from e3nn import o3
+from scipy.integrate import lebedev_rule
 from torch import Tensor
 
 SAMPLINGS = ("gauss-legendre", "driscoll-healy", "lebedev")
@@ -115,8 +116,6 @@ class SO3Grid:
     def _lebedev_rule(self) -> tuple[np.ndarray, np.ndarray, int]:
         """(points (3, n), weights summing to 1, degree): the Lebedev rule of the lowest
         degree ≥ 2B − 1 that scipy tabulates."""
-        from scipy.integrate import lebedev_rule
-
         degree = max(3, 2 * self.band_limit - 1)
         while True:
             try:

@@ -1,4 +1,5 @@
-"""Environment feature maps (molntk.features): smearing, radial bases, coefficients, S² grids."""
+"""Environment feature maps (molntk.features.environments): configuration, coefficients
+against direct computations, symmetries, batches and layouts."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from e3nn import o3
-from scipy.special import eval_legendre, ive
+from scipy.special import eval_legendre
 
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
@@ -19,93 +20,17 @@ from molntk.features import (
     S2Grid,
     environment_features,
     padded_features,
-    radial_basis_from_dict,
     smearing_coefficients,
     vmf_density,
 )
 from molntk.features.environments import pair_indices
-from molntk.features.smearing import HANKEL_KAPPA, concentration
 from molntk.kernels.so3.wigner import coeff_slices, wigner_blocks
+from tests.helpers.features import random_molecule as _molecule, s2_integral as _s2_integral
+
 
 GAUSS = FeatureConfig(band_limit=5, smearing_width=0.4, radial=GaussianBasis(n=6, r_cut=5.0))
 COULOMB = FeatureConfig(band_limit=5, smearing_width=0.4, radial=CoulombBasis())
 CONFIGS = [GAUSS, COULOMB, FeatureConfig(band_limit=3, smearing_width=None, radial=GaussianBasis(n=6, r_cut=5.0))]
-
-
-def _molecule(seed: int, n: int = 7, id: str | None = None) -> Molecule:
-    """A random asymmetric H/C/N/O/F molecule whose atoms are > 0.8 Å apart and within ~4 Å."""
-    rng = np.random.default_rng(seed)
-    pos: list[np.ndarray] = []
-    while len(pos) < n:
-        x = rng.uniform(-2.0, 2.0, 3)
-        if all(np.linalg.norm(x - p) > 0.8 for p in pos):
-            pos.append(x)
-    numbers = rng.choice([1, 6, 7, 8, 9], size=n)
-    return Molecule(numbers, np.array(pos), id=id or f"random-{seed}")
-
-
-def _s2_integral(grid: S2Grid, values: np.ndarray) -> np.ndarray:
-    return grid.from_grid(torch.as_tensor(values)).numpy()
-
-
-# ---------------------------------------------------------------------------------------
-# Smearing
-# ---------------------------------------------------------------------------------------
-
-
-def _funk_hecke(l_max: int, sigma: float) -> np.ndarray:
-    """s_l = 2π ∫_{-1}^{1} h(t) P_l(t) dt, integrated in u = 1 − t on [0, min(2, 60/κ)] (the rest < e^-60)."""
-    kappa = concentration(sigma)
-    u, w = np.polynomial.legendre.leggauss(400)
-    top = min(2.0, 60.0 / kappa)
-    u, w = (u + 1) * top / 2, w * top / 2
-    h = vmf_density(1.0 - u, sigma)
-    return np.array([2 * np.pi * np.sum(w * h * eval_legendre(l, 1.0 - u)) for l in range(l_max + 1)])
-
-
-@pytest.mark.parametrize("sigma", [0.01, 0.1, 0.3, 0.5, 1.0, 3.0])
-def test_smearing_coefficients_match_funk_hecke_integral(sigma: float) -> None:
-    np.testing.assert_allclose(smearing_coefficients(9, sigma), _funk_hecke(8, sigma), rtol=0, atol=1e-12)
-
-
-@pytest.mark.parametrize("sigma", [0.3, 0.5, 1.0])
-def test_smeared_point_coefficients_by_s2_quadrature(sigma: float) -> None:
-    """∫ Y^l(x) h_n(x) dx on a fine Gauss–Legendre × φ grid equals s_l Y^l(n), with ∫ h = 1."""
-    grid = S2Grid(9, n_theta=90, n_phi=180)
-    n = np.array([0.3, -0.8, 0.52])
-    n /= np.linalg.norm(n)
-    density = vmf_density(grid.points @ n, sigma)
-    assert abs((grid.weights * density).sum() - 1.0) < 1e-13
-    y_n = o3.spherical_harmonics(list(range(9)), torch.as_tensor(n), True, "integral").numpy()
-    s = np.repeat(smearing_coefficients(9, sigma), 2 * np.arange(9) + 1)
-    np.testing.assert_allclose(_s2_integral(grid, density), s * y_n, rtol=0, atol=1e-12)
-    assert abs(_s2_integral(grid, density)[0] - 1 / math.sqrt(4 * math.pi)) < 1e-13
-
-
-@pytest.mark.parametrize("sigma", [1e-4, 0.05, 0.5, 2.0, 10.0])
-def test_smearing_coefficients_decrease_in_l(sigma: float) -> None:
-    s = smearing_coefficients(13, sigma)
-    assert s[0] == pytest.approx(1.0, abs=1e-15)
-    assert np.all(np.diff(s) < 0) and np.all(s >= 0)
-
-
-def test_smearing_small_width_limit_and_no_smearing() -> None:
-    l = np.arange(13)
-    for sigma in [1e-2, 1e-4, 1e-6, 1e-9, 1e-30]:  # 1 − s_l ≈ l(l+1)σ²/2
-        np.testing.assert_allclose(1 - smearing_coefficients(13, sigma), l * (l + 1) * sigma**2 / 2, rtol=2e-2, atol=1e-16)
-    assert np.array_equal(smearing_coefficients(6, None), np.ones(6))
-    assert np.array_equal(smearing_coefficients(6, 0.0), np.ones(6))
-    np.testing.assert_array_equal(smearing_coefficients(4, 1e200), [1, 0, 0, 0])  # uniform density
-    with pytest.raises(ValueError):
-        smearing_coefficients(4, -0.1)
-
-
-def test_smearing_methods_agree_at_the_switch() -> None:
-    """The Hankel series (large κ) and the ive ratio agree around the switch κ = 10⁶."""
-    l = np.arange(13)
-    for kappa in [HANKEL_KAPPA * 0.99, HANKEL_KAPPA * 1.01]:
-        ratio = ive(l + 0.5, kappa) / ive(0.5, kappa)
-        np.testing.assert_allclose(smearing_coefficients(13, 1 / math.sqrt(kappa)), ratio, rtol=0, atol=1e-15)
 
 
 # ---------------------------------------------------------------------------------------
@@ -143,25 +68,6 @@ def test_config_defaults_and_round_trip() -> None:
 def test_config_rejects_impossible_values(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         FeatureConfig(**kwargs)
-
-
-@pytest.mark.parametrize(
-    "radial",
-    [
-        {"kind": "gaussian", "n": 0},
-        {"kind": "gaussian", "r_min": 5.0, "r_cut": 5.0},
-        {"kind": "gaussian", "r_min": -1.0},
-        {"kind": "gaussian", "width": 0.0},
-        {"kind": "coulomb", "powers": []},
-        {"kind": "coulomb", "powers": [2, 2]},
-        {"kind": "coulomb", "powers": [0]},
-        {"kind": "bessel"},
-        {"kind": "gaussian", "r_cutoff": 4.0},
-    ],
-)
-def test_radial_basis_rejects_impossible_values(radial: dict) -> None:
-    with pytest.raises(ValueError):
-        radial_basis_from_dict(radial)
 
 
 def test_config_from_dict_rejects_unknown_key() -> None:
@@ -365,53 +271,3 @@ def test_cuda_matches_cpu(dtype: torch.dtype) -> None:
     torch.testing.assert_close(gpu.coeffs.cpu(), cpu.coeffs, rtol=0, atol=tol * cpu.coeffs.abs().max().item())
     padded = padded_features(mols, GAUSS, dtype=dtype, device="cuda")
     assert padded.coeffs.device.type == "cuda"
-
-
-# ---------------------------------------------------------------------------------------
-# S² grids
-# ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("size", [(None, None), (9, 17), (12, 30)])
-def test_s2_grid_round_trip_for_band_limited_signals(size: tuple) -> None:
-    grid = S2Grid(8, *size)
-    assert grid.weights.sum() == pytest.approx(4 * math.pi, rel=1e-14)
-    coeffs = torch.randn(3, 5, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    values = grid.to_grid(coeffs)
-    assert values.shape == (3, 5, grid.n_theta, grid.n_phi)
-    torch.testing.assert_close(grid.from_grid(values), coeffs, rtol=0, atol=1e-10)
-
-
-def test_s2_grid_rejects_too_small_grids_and_wrong_shapes() -> None:
-    with pytest.raises(ValueError):
-        S2Grid(4, n_theta=3)
-    with pytest.raises(ValueError):
-        S2Grid(4, n_phi=6)
-    with pytest.raises(ValueError):
-        S2Grid(4).to_grid(torch.zeros(9, dtype=torch.float64))
-
-
-def test_sampled_map_equals_smeared_density_on_grid() -> None:
-    """Synthesis of f̂ at L = 13 with σ = 0.6 vs Σ_b R h_b(x); truncation bound
-    |f − f_L| ≤ Σ_{l≥L} s_l (2l+1)/(4π) · Σ_b |R_b| (|P_l| ≤ 1)."""
-    sigma, L = 0.6, 13
-    mol = _molecule(14, n=5)
-    cfg = FeatureConfig(band_limit=L, smearing_width=sigma, radial=CoulombBasis(powers=(2.0,)))
-    s_tail = smearing_coefficients(60, sigma)[L:]
-    assert s_tail[0] < 1e-8
-    grid = S2Grid(L, n_theta=20, n_phi=40)
-    values = grid.to_grid(environment_features(mol, cfg).coeffs).numpy()
-    for a in range(mol.n_atoms):
-        direct = np.zeros((cfg.n_channels,) + grid.weights.shape)
-        total = 0.0
-        for b in range(mol.n_atoms):
-            if b == a:
-                continue
-            d = mol.positions[b] - mol.positions[a]
-            r = np.linalg.norm(d)
-            weight = mol.numbers[a] * mol.numbers[b] / r**2
-            direct[cfg.elements.index(mol.numbers[b])] += weight * vmf_density(grid.points @ (d / r), sigma)
-            total += weight
-        bound = total * np.sum(s_tail * (2 * np.arange(L, 60) + 1) / (4 * math.pi))
-        assert np.abs(values[a] - direct).max() <= bound + 1e-12
-        assert bound < 1e-6 * np.abs(direct).max()

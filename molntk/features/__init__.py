@@ -1,4 +1,4 @@
-"""Spherical feature maps of per-atom molecular environments (DESIGN §3).
+"""Spherical feature maps of per-atom molecular environments (docs/mathematics.md §1).
 
 :func:`environment_features` turns molecules into Fourier coefficients f̂^l_c(a) of
 smeared neighbour densities on S², one (C, L²) block per atom; :class:`FeatureConfig`

@@ -1,4 +1,4 @@
-"""Per-atom environment feature maps of molecules, directly in Fourier space (DESIGN §3).
+"""Per-atom environment feature maps of molecules, directly in Fourier space (docs/mathematics.md §1).
 
 Environment of atom a of a molecule: every other atom b ≠ a of the same molecule (only
 those with r_ab < r_cut when the radial basis has a cutoff), seen along the unit vector

@@ -1,7 +1,7 @@
 """A dual activation followed by a weighted mean, fused into one pass over the values.
 
 For P pairs with pre-activation kernels K_pk at the K points of a measure with weights
-w_k, tangent kernels Θ_pk and the variances v_p, v'_p of the two inputs (DESIGN §2), a
+w_k, tangent kernels Θ_pk and the variances v_p, v'_p of the two inputs (docs/mathematics.md §2), a
 nonlinearity followed by the mean (SO(3) ``Pool``, or the orbit average of the augmented
 MLP) contributes
 

@@ -3,7 +3,7 @@
 Claims checked: the CLI writes report.json / config.yaml / metrics.csv / PNG plots with
 the required keys; on rotated digits the C4 GCNN NTK beats the CNN-GAP NTK in accuracy
 and in orbit-same predictions; the augmented CNN NTK predicts what the GCNN NTK predicts
-(DESIGN §5), within a first-order perturbation bound; NCT-CRC-HE folders and
+(docs/mathematics.md §4, "Augmentation"), within a first-order perturbation bound; NCT-CRC-HE folders and
 PathMNIST archives run through the pipeline; report files are written atomically.
 """
 
@@ -168,7 +168,7 @@ def test_gcnn_beats_cnn_gap_on_rotated_digits(tmp_path):
 
 
 def test_augmented_cnn_predicts_like_gcnn(tmp_path):
-    """The augmented CNN-GAP NTK equals the C4 GCNN NTK (per-rotation head, DESIGN §5), so
+    """The augmented CNN-GAP NTK equals the C4 GCNN NTK (per-rotation head, docs/mathematics.md §4, "Augmentation"), so
     one-hot regression gives the same λ and the same class scores Ŷ = K* A⁻¹ Y, A = K + λI.
 
     The kernels agree only to rounding: the ReLU NTK's arccos(ρ) has an infinite slope at

@@ -5,7 +5,7 @@ VALID → ReLU → group conv 3×3 VALID → ReLU → group pool → Dense → R
 ``gcnn(n=1)`` is the CNN with global average pooling (CNN-GAP); ``cnn_flatten`` and
 ``mlp`` are the other non-equivariant baselines.
 
-The augmentation identity (DESIGN §5): for n ∈ {1, 2, 4} (exact grid rotations, square
+The augmentation identity (docs/mathematics.md §4, "Augmentation"): for n ∈ {1, 2, 4} (exact grid rotations, square
 images, any padding) the C_n GCNN kernel equals the orbit average of the matching CNN
 kernel, K_aug(f, f') = (1/n) Σ_g K_CNN(f, ρ(g) f'), whenever the rotations are averaged
 after the last nonlinearity: for ``gcnn(n, head=0)`` against ``augmented(gcnn(1, head=0), n)``

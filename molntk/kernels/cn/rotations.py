@@ -8,7 +8,7 @@ coordinates u = (i − (h−1)/2, j − (w−1)/2), the rotation by angle θ is
 where ā is the bilinear interpolant of a, zero outside the array. For θ a multiple of
 90° every M_θ⁻¹ u is a grid point and R_θ is the permutation ``torch.rot90(a, θ/90°)``;
 for other θ it is a bilinear interpolation (not orthogonal, and corners of a square
-filter leave its support). The matrix I_r of DESIGN §4, (I_r w).flatten() = I_r @
+filter leave its support). The matrix I_r of docs/mathematics.md §4, (I_r w).flatten() = I_r @
 w.flatten(), is :func:`rotation_operator` (k, k, 2πr/n).
 
 Because bilinear interpolation commutes with the grid's own 90° symmetry,

@@ -15,7 +15,7 @@ so every kernel E[z(x, r)[f] z(x', r')[f']] is one of the "orbit blocks"
 with x' rotated: K_f,f'((x, p·m+s), (x', p·m'+s')) = B_{f, f'}[m − m'][s][s'](x, ρ_{m'−m}-rotated x').
 A state holds the q₀ p² blocks instead of n² (4× fewer for C4, exactly the CNN kernels of
 f against the four rotations of f'). ``orbit = 1`` keeps all n² blocks unreduced
-(p = n): the direct recursion of DESIGN §4, used to check the reduction.
+(p = n): the direct recursion of docs/mathematics.md §4, used to check the reduction.
 
 Layout of ``nngp`` and ``ntk``: (b1, b2, q₀, p, p, *G) with G = (h, h, w, w) for feature
 maps — the two grids interleaved, (x_i, x'_i, x_j, x'_j), so that the diagonal sums of

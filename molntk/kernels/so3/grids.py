@@ -28,7 +28,7 @@ functions of band limit B); see :attr:`SO3Grid.exact_degree`. The samplings offe
 
 The kernel engine needs a *measure* on SO(3): points u_k with weights w_k. The fast
 mode uses the grid itself; the exact mode uses the pair measure of a grid, the
-distribution of u = g_a g_b⁻¹ over node pairs with weight q_a q_b (see DESIGN §2 and
+distribution of u = g_a g_b⁻¹ over node pairs with weight q_a q_b (see docs/mathematics.md §2 and
 :mod:`molntk.kernels.so3.measures`).
 """
 

@@ -1,6 +1,6 @@
 """Quadrature measures on SO(3) on which the invariant kernel recursion is evaluated.
 
-Every kernel of the SO(3) networks is a function ψ(u) of u = g g'⁻¹ (DESIGN §2). The
+Every kernel of the SO(3) networks is a function ψ(u) of u = g g'⁻¹ (docs/mathematics.md §2). The
 engine stores ψ at the support points u_k of a measure μ = Σ_k w_k δ_{u_k}, plus the
 identity e (weight 0; the nonlinearities need the self-kernels ψ^{ff}(e)), and uses μ
 for the two integrals of the recursion:

@@ -1,4 +1,4 @@
-"""Rotation-augmented MLP NTK: the orbit average of the per-atom MLP kernel (DESIGN §5).
+"""Rotation-augmented MLP NTK: the orbit average of the per-atom MLP kernel (docs/mathematics.md §4, "Augmentation").
 
 Training the per-atom MLP of :mod:`molntk.molecular.baselines.mlp` on rotated copies of every
 environment gives, at infinite width, the orbit-averaged kernels

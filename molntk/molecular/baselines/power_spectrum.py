@@ -10,7 +10,7 @@ D^l(R) is orthogonal, p is exactly rotation invariant. With s_l = 1/√(2l+1),
 
     p·p' = Σ_l ⟨M^l, M^l⟩ / (2l+1) = ∫_{SO(3)} ⟨f, ρ(u) f'⟩² du,   M^l = Σ_c f̂^l_c f̂'^{lT}_c,
 
-the Haar mean of the squared SO(3) lifting kernel (DESIGN §2: the body-order-3 term of the
+the Haar mean of the squared SO(3) lifting kernel (docs/mathematics.md §2: the body-order-3 term of the
 pooled GCNN kernel). The environment kernel is the normalised dot product raised to ζ,
 
     k(a, b) = (p̂_a · p̂_b)^ζ,   p̂ = p / ‖p‖   (p̂ = 0 for an environment with no neighbours),

@@ -1,7 +1,7 @@
 """Exact properties of the C_n ⋉ R² kernels (float precision, small images).
 
 - The orbit-block reduction (exact 90° rotations, shift invariance in distribution)
-  equals the unreduced DESIGN §4 recursion for every n and padding.
+  equals the unreduced docs/mathematics.md §4 recursion for every n and padding.
 - Pooled C4 / C8 kernels are invariant under quarter turns of either input, in all three
   paddings (square images, odd filters: each padding commutes with rot90).
 - The seeds' theorem: the C_n GCNN kernel equals the orbit-averaged CNN kernel for

@@ -5,7 +5,7 @@ output channel) has E[z(a) z(b)] = Σ_θ ∂z(a)/∂θ ∂z(b)/∂θ = (J Jᵀ)(
 lifting or group-convolution layer, applied to the empirical covariance of fixed input
 features, must equal J Jᵀ of the finite layer with one output channel — to float
 precision, for interpolated rotations (n = 3, 8) as for exact ones, in every padding.
-The rules run unreduced here (orbit 1, all n² rotation blocks: DESIGN §4 verbatim); the
+The rules run unreduced here (orbit 1, all n² rotation blocks: docs/mathematics.md §4 verbatim); the
 orbit-block reduction is checked against them in test_network.py.
 """
 

@@ -111,11 +111,13 @@ class Molecule:
 
     @property
     def formula(self) -> str:
-        """Hill formula (C first, then H, then alphabetical): ``CH4``, ``C2H6O``."""
+        """Hill formula: with carbon, C first, then H (if any), then the rest alphabetically
+        (``CH4``, ``C2H6O``, ``C2N2``); without carbon, all alphabetically (``H2O``, ``H3N``)."""
         counts: dict[str, int] = {}
         for s in self.symbols:
             counts[s] = counts.get(s, 0) + 1
-        order = (["C", "H"] if "C" in counts else []) + sorted(k for k in counts if k not in ("C", "H") or "C" not in counts)
+        first = [s for s in ("C", "H") if s in counts] if "C" in counts else []
+        order = first + sorted(k for k in counts if k not in first)
         return "".join(f"{s}{counts[s] if counts[s] > 1 else ''}" for s in order)
 
     def check_elements(self, allowed: Iterable[int]) -> None:

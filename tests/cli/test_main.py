@@ -141,6 +141,13 @@ def test_read_json_is_well_formed(molecule_files: dict[str, str]) -> None:
     assert all(x["problem"] and x["message"] for x in report["failures"])
 
 
+def test_read_molecules_with_carbon_and_no_hydrogen() -> None:
+    """Cyanogen, CF4 and CO2 (41 QM9 molecules have C and no H) are read and named by their Hill formulas."""
+    result = invoke("data", "read", "--smiles", "N#CC#N", "--smiles", "FC(F)(F)F", "--smiles", "O=C=O", "--json")
+    assert result.exit_code == 0, result.output
+    assert [m["formula"] for m in json.loads(result.stdout)["molecules"]] == ["C2N2", "CF4", "CO2"]
+
+
 def test_read_all_good_exits_0(molecule_files: dict[str, str]) -> None:
     result = invoke("data", "read", molecule_files["methane"], molecule_files["water"], "--json")
     assert result.exit_code == 0, result.output

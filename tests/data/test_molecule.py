@@ -51,6 +51,9 @@ def test_float_atomic_numbers_that_are_integers_are_accepted():
         ([8, 1, 1], "H2O"),
         ([7, 1, 1, 1], "H3N"),
         ([17, 6, 1, 1, 1], "CH3Cl"),
+        ([7, 6, 6, 7], "C2N2"),  # carbon without hydrogen (41 QM9 molecules)
+        ([9, 6, 9, 9, 9], "CF4"),
+        ([8, 6, 8], "CO2"),
     ],
 )
 def test_formula_is_hill_order(numbers, formula):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
+from molntk.cli.main import app
 from molntk.config import ConfigValidationError
 from molntk.pipelines.tasks import TASKS
 from tests.helpers.qm9_configs import SMALL
@@ -44,3 +46,22 @@ def test_compute_section_is_validated(tmp_path):
     with pytest.raises(ConfigValidationError, match="below the smallest n_train 10"):
         TASKS.load(str(config), ["regression.eigh_max=5"])
     assert TASKS.load(str(config), ["compute.executor=dask", "compute.scheduler=tcp://127.0.0.1:8786"]).compute.scheduler
+
+
+@pytest.mark.usefixtures("molntk_cache_dir")
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("learning_curve.n_test=20000", "learning_curve.n_test: 20,000 exceeds the 10,831 molecules of the test split"),
+        ("learning_curve.n_train=[10, 200000]", "learning_curve.n_train: 200,000 exceeds the 110,000 molecules of the training split"),
+    ],
+)
+def test_sizes_beyond_the_split_are_refused_with_their_key(tmp_path, override, message):
+    """``molntk run`` with more test (training) molecules than the standard split holds: exit 2
+    and one line naming the key, before any kernel is computed (nothing is cut silently)."""
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    result = CliRunner().invoke(app, ["run", str(config), "--set", override, "--set", f"output={tmp_path / 'out'}"])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "out" / "report.json").exists()

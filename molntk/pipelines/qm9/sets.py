@@ -88,12 +88,28 @@ def load_qm9_data(data: QM9DataConfig, source: str) -> QM9:
     return molecules
 
 
+def check_sizes(n_train: list[int], n_test: int | None, train_size: int, test_size: int, source: str) -> None:
+    """ConfigValidationError naming ``learning_curve.n_train`` / ``learning_curve.n_test``
+    when they ask for more molecules than the split's training / test part holds (nothing
+    is cut silently)."""
+    problems = []
+    if max(n_train) > train_size:
+        problems.append(ConfigProblem(source, "learning_curve.n_train",
+                                      f"{max(n_train):,} exceeds the {train_size:,} molecules of the training split (data.split.n_train)"))
+    if n_test is not None and n_test > test_size:
+        problems.append(ConfigProblem(source, "learning_curve.n_test",
+                                      f"{n_test:,} exceeds the {test_size:,} molecules of the test split (null: all of them)"))
+    if problems:
+        raise ConfigValidationError(problems)
+
+
 def load_sets(config: QM9PropertyConfig, source: str, dtype: torch.dtype, device: str) -> QM9Sets:
     """Molecules and targets of a run (module docstring)."""
     data = config.data
     qm9 = load_qm9_data(data, source)
     split = standard_split(len(qm9), data.seed, data.split.n_train, data.split.n_valid)
     curve = config.learning_curve
+    check_sizes(curve.n_train, curve.n_test, split.train.size, split.test.size, source)
     sizes = sorted(nested_subsets(split.train, curve.n_train))
     train_idx = split.train[: sizes[-1]]
     test_idx = split.test if curve.n_test is None else split.test[: curve.n_test]

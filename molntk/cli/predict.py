@@ -7,8 +7,10 @@ Every input item is read (:func:`molntk.data.readers.read_molecules`, ``read_smi
 with the model's element set; an item that cannot be read, or has an element the model
 never saw, is reported with its reason and the others are still predicted. The CSV
 (written atomically) has one row per predicted molecule: ``id``, ``smiles``, ``source``,
-``prediction`` and ``std`` (NTK-GP standard deviation). Exit status 0 when every item was
-predicted, 1 when any failed, 2 for usage errors.
+``prediction`` and ``std`` (NTK-GP standard deviation); when no item could be predicted no
+file is written, so an existing one stays as it was. ``--out`` naming a folder or a place
+that cannot be written is a usage error found before the model is loaded. Exit status 0
+when every item was predicted, 1 when any failed, 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import typer
 from molntk.cli.output import print_json, print_read_result
 from molntk.data.readers import ReadResult, read_molecules, read_smiles
 from molntk.models.so3_ntk import SO3NTKRegressor
-from molntk.utils.files import atomic_write_text
+from molntk.utils.files import atomic_write_text, file_write_problem
 
 #: Exit status when any input item failed.
 EXIT_ITEMS_FAILED = 1
@@ -57,6 +59,9 @@ def predict(
                 f"with both --input and --smiles, repeat the flag for each item ({more[0]!r} is ambiguous)", param_hint="--smiles"
             )
         inputs, smiles = (inputs + more, smiles) if inputs else (inputs, smiles + more)
+    problem = file_write_problem(out)
+    if problem:
+        raise typer.BadParameter(f"{out} {problem}", param_hint="--out")
     regressor = SO3NTKRegressor.load(model)
     allowed = list(regressor.elements)
     from_files = read_molecules(inputs or (), allowed_elements=allowed)
@@ -73,13 +78,14 @@ def predict(
             {"id": m.id, "smiles": m.smiles, "source": m.source, "prediction": float(p), "std": None if np.isnan(s) else float(s)}
             for m, p, s in zip(result.molecules, mean, std)
         ]
-    frame = pd.DataFrame(rows, columns=["id", "smiles", "source", "prediction", "std"])
-    atomic_write_text(out, frame.to_csv(index=False))
-    document = result.to_dict() | {"predictions": rows, "out": str(out)}
+    if rows:  # with no prediction an existing file is left as it was
+        frame = pd.DataFrame(rows, columns=["id", "smiles", "source", "prediction", "std"])
+        atomic_write_text(out, frame.to_csv(index=False))
+    document = result.to_dict() | {"predictions": rows, "out": str(out) if rows else None}
     if as_json:
         print_json(document)
     else:
         print_read_result(result.to_dict())
-        typer.echo(f"{len(rows)} prediction(s) written to {out}")
+        typer.echo(f"{len(rows)} prediction(s) written to {out}" if rows else f"no predictions: {out} not written")
     if not result.ok:
         raise typer.Exit(EXIT_ITEMS_FAILED)

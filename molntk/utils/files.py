@@ -69,3 +69,20 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def file_write_problem(target: str | os.PathLike[str]) -> str | None:
+    """Why ``target`` cannot be written as a file, or None when it can: it names a folder,
+    or its nearest existing ancestor is not a writable folder (missing folders below that
+    one are created by the atomic writers). Checked before work whose result goes there."""
+    target = Path(target)
+    if target.is_dir():
+        return "is a folder, not a file"
+    parent = target.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"the folder {parent} is not writable"
+    return None

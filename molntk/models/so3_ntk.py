@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,35 @@ def as_molecules(X: Any, name: str = "X") -> list[Molecule]:
         else:
             raise InputError(f"{name}[{i}]", f"expected a molntk Molecule or ase.Atoms, got {type(item).__name__}")
     return out
+
+
+def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays and the JSON metadata of a model file (``numpy.savez``, no pickles);
+    :class:`InputError` naming ``path`` when it is not such a file."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise InputError(str(path), "not a molntk model file (a single numpy array, not a model archive)")
+        with loaded as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except InputError:
+        raise
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found") from None
+    except EOFError:
+        raise InputError(str(path), "not a molntk model file (the file is empty)") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        reason = "it holds pickled objects, which model files never do" if "allow_pickle" in str(err) else str(err)
+        raise InputError(str(path), f"not a molntk model file ({reason})") from None
+    if "metadata" not in arrays:
+        raise InputError(str(path), "not a molntk model file (no metadata)")
+    try:
+        meta = json.loads(arrays.pop("metadata").tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(str(path), f"damaged model file (metadata is not JSON: {err})") from None
+    if not isinstance(meta, dict):
+        raise InputError(str(path), "damaged model file (metadata is not a JSON object)")
+    return arrays, meta
 
 
 @dataclass(eq=False, repr=False)
@@ -267,19 +297,27 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
 
     @classmethod
     def load(cls, path: str | Path) -> SO3NTKRegressor:
-        """Read a model written by :meth:`save`; InputError naming the file if it is not one."""
+        """Read a model written by :meth:`save`. A file that is not one (missing, empty,
+        truncated, another format, pickled data, metadata or arrays missing or of the wrong
+        kind) is an :class:`InputError` naming the file and the problem."""
         path = Path(path)
-        try:
-            with np.load(path, allow_pickle=False) as archive:
-                arrays = {key: archive[key] for key in archive.files}
-            meta = json.loads(arrays.pop("metadata").tobytes().decode("utf-8"))
-        except (OSError, ValueError, KeyError) as err:
-            raise InputError(str(path), f"not a molntk model file: {err}") from None
+        arrays, meta = read_model_archive(path)
         if meta.get("format") != FORMAT:
             raise InputError(str(path), f"not a molntk SO(3) NTK model (format {meta.get('format')!r})")
         if meta.get("version") != FORMAT_VERSION:
             raise InputError(str(path), f"model format version {meta.get('version')} is not supported (expected {FORMAT_VERSION})")
-        params = meta["params"]
+        try:
+            return cls._from_archive(path, arrays, meta)
+        except InputError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            missing = f"missing {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+            raise InputError(str(path), f"damaged model file ({missing})") from None
+
+    @classmethod
+    def _from_archive(cls, path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> SO3NTKRegressor:
+        """The fitted model held by a model file's arrays and metadata (:meth:`load`)."""
+        params = dict(meta["params"])
         params["elements"] = tuple(params["elements"])
         params.setdefault("sampling", "gauss-legendre")  # files from before the sampling parameter
         model = cls(**params)

@@ -63,3 +63,54 @@ def test_loading_a_file_that_is_not_a_model_names_it(tmp_path):
     junk.write_text("hello")
     with pytest.raises(InputError, match="junk.npz"):
         SO3NTKRegressor.load(junk)
+
+
+def _with_metadata(arrays: dict[str, np.ndarray], text: bytes) -> dict[str, np.ndarray]:
+    return {**arrays, "metadata": np.frombuffer(text, dtype=np.uint8)}
+
+
+DAMAGES = {
+    "empty": ("the file is empty", lambda good, path: path.write_bytes(b"")),
+    "truncated": ("not a molntk model file", lambda good, path: path.write_bytes(good.read_bytes()[: good.stat().st_size // 2])),
+    "pickled": ("pickled objects", lambda good, path: np.save(path.with_suffix(".npy"), np.array([{"a": 1}], dtype=object),
+                                                                allow_pickle=True) or path.with_suffix(".npy").rename(path)),
+    "one array": ("a single numpy array", lambda good, path: np.save(path.with_suffix(".npy"), np.zeros(3)) or path.with_suffix(".npy").rename(path)),
+    "no metadata": ("no metadata", lambda good, path: np.savez(path, numbers=np.zeros(3))),
+    "metadata not JSON": ("metadata is not JSON", lambda good, path: np.savez(path, **_with_metadata({}, b"\xff{"))),
+    "metadata a list": ("not a JSON object", lambda good, path: np.savez(path, **_with_metadata({}, b"[1, 2]"))),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_damaged_or_foreign_model_files_are_one_input_error_naming_the_file(fitted_so3, tmp_path, damage):
+    """Every kind of broken file is an InputError with the path and the problem (never a
+    BadZipFile, EOFError ("Aborted."), KeyError, TypeError or numpy's allow_pickle advice)."""
+    good = fitted_so3[0].save(tmp_path / "good.npz")
+    message, make = DAMAGES[damage]
+    path = tmp_path / "broken.npz"
+    make(good, path)
+    with pytest.raises(InputError) as info:
+        SO3NTKRegressor.load(path)
+    assert str(path) in str(info.value) and message in str(info.value)
+    assert "allow_pickle" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda meta, arrays: meta.pop("params"), "damaged model file (missing 'params')"),
+        (lambda meta, arrays: meta["params"].update(unknown=1), "damaged model file (TypeError"),
+        (lambda meta, arrays: arrays.pop("n_atoms"), "damaged model file (missing 'n_atoms')"),
+    ],
+)
+def test_model_files_with_bad_metadata_or_arrays_are_damaged_files(fitted_so3, tmp_path, edit, message):
+    good = fitted_so3[0].save(tmp_path / "good.npz")
+    with np.load(good, allow_pickle=False) as archive:
+        arrays = dict(archive)
+    meta = json.loads(arrays.pop("metadata").tobytes().decode("utf-8"))
+    edit(meta, arrays)
+    path = tmp_path / "edited.npz"
+    np.savez(path, **_with_metadata(arrays, json.dumps(meta).encode("utf-8")))
+    with pytest.raises(InputError, match=str(path).replace("\\", "\\\\").replace(".", "\\.")) as info:
+        SO3NTKRegressor.load(path)
+    assert message in str(info.value)

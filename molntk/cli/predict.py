@@ -4,11 +4,11 @@
     molntk predict --model u0.molntk.npz --smiles CCO 'C1=CC=CN=C1' --out predictions.csv
 
 Every input item is read (:func:`molntk.data.readers.read_molecules`, ``read_smiles``)
-with the model's element set; an item that cannot be read, or has an element the model
-never saw, is reported with its reason and the others are still predicted. The CSV
-(written atomically) has one row per predicted molecule: ``id``, ``smiles``, ``source``,
-``prediction`` and ``std`` (NTK-GP standard deviation); when no item could be predicted no
-file is written, so an existing one stays as it was. ``--out`` naming a folder or a place
+with the elements of the model's training molecules; an item that cannot be read, or has
+an element the model never saw in training, is reported with its reason and the others
+are still predicted. The CSV (written atomically) has one row per predicted molecule:
+``id``, ``smiles``, ``source``, ``prediction`` and ``std`` (NTK-GP standard deviation);
+when no item could be predicted no file is written, so an existing one stays as it was. ``--out`` naming a folder or a place
 that cannot be written is a usage error found before the model is loaded. Exit status 0
 when every item was predicted, 1 when any failed, 2 for usage errors.
 """
@@ -63,7 +63,7 @@ def predict(
     if problem:
         raise typer.BadParameter(f"{out} {problem}", param_hint="--out")
     regressor = SO3NTKRegressor.load(model)
-    allowed = list(regressor.elements)
+    allowed = list(regressor.training_elements_)  # elements the model has seen in training
     from_files = read_molecules(inputs or (), allowed_elements=allowed)
     from_smiles = read_smiles(smiles or (), allowed_elements=allowed)
     result = ReadResult(from_files.molecules + from_smiles.molecules, from_files.failures + from_smiles.failures)

@@ -120,14 +120,15 @@ class Molecule:
         order = first + sorted(k for k in counts if k not in first)
         return "".join(f"{s}{counts[s] if counts[s] > 1 else ''}" for s in order)
 
-    def check_elements(self, allowed: Iterable[int]) -> None:
-        """Raise :class:`InputError` if the molecule has an element outside ``allowed`` (atomic numbers)."""
+    def check_elements(self, allowed: Iterable[int], what: str = "the model's element set") -> None:
+        """Raise :class:`InputError` if the molecule has an element outside ``allowed`` (atomic
+        numbers); ``what`` names that set in the message."""
         allowed_set = {int(z) for z in allowed}
         outside = sorted({int(z) for z in self.numbers} - allowed_set)
         if outside:
             names = ", ".join(element_symbol(z) for z in outside)
             known = ", ".join(element_symbol(z) for z in sorted(allowed_set))
-            raise InputError(self.describe(), f"element(s) {names} outside the model's element set ({known})")
+            raise InputError(self.describe(), f"element(s) {names} outside {what} ({known})")
 
     def to_dict(self) -> dict:
         return {

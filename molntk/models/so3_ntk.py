@@ -246,17 +246,24 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         self.n_features_in_ = 1
         return self
 
+    @property
+    def training_elements_(self) -> tuple[int, ...]:
+        """Atomic numbers present in the training molecules: the model knows nothing of the
+        others (element pairing gives them a zero kernel, the dressed-atom model a zero weight)."""
+        return tuple(sorted({int(z) for m in self.train_molecules_ for z in m.numbers}))
+
     def predict(self, X: Any, return_std: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Predictions for molecules X; with ``return_std`` also the NTK-GP standard deviation
-        (exact mode only). Sparse mode computes only Θ(X, inducing_)."""
+        (exact mode only). Sparse mode computes only Θ(X, inducing_). A molecule with an
+        element outside :attr:`training_elements_` is an :class:`InputError` naming it."""
         if not hasattr(self, "regressor_"):
             raise InputError("SO3NTKRegressor", "predict called before fit")
         sparse = isinstance(self.regressor_, SparseKernelRegressor)
         if sparse and return_std:
             raise InputError("return_std", "a sparse model (inducing is set) has no NTK-GP variance; use inducing=None")
         molecules = as_molecules(X)
-        for m in molecules:
-            m.check_elements(self.elements)
+        for m in molecules:  # an element never seen in training would get a zero kernel and coefficient
+            m.check_elements(self.training_elements_, "the elements of the training molecules")
         recipe = self.recipe()
         kern = recipe.molecular_kernel(self.device)
         test = recipe.environments(molecules, self.device)

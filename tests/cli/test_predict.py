@@ -47,3 +47,14 @@ def test_predict_out_naming_a_folder_is_a_usage_error_before_any_work(tmp_path):
     assert result.exit_code == 2, result.output
     text = " ".join(re.sub("[│╭╮╰╯─]", " ", result.output).split())  # rich's error box, unwrapped
     assert "is a folder, not a file" in text and "--out" in text
+
+
+def test_predict_names_molecules_with_elements_the_model_never_saw(fitted_so3, tmp_path):
+    model, _, _ = fitted_so3  # trained on H, C, N, O
+    path = model.save(tmp_path / "m.npz")
+    out = tmp_path / "pred.csv"
+    result = CliRunner().invoke(app, ["predict", "--model", str(path), "--out", str(out), "--json", "--smiles", "CCO", "CF"])
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    assert [p["smiles"] for p in document["predictions"]] == ["CCO"]
+    assert [(f["source"], "F" in f["problem"]) for f in document["failures"]] == [("CF", True)]

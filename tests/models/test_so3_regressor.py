@@ -11,6 +11,7 @@ import pytest
 from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
 
+from molntk.data.readers import read_smiles
 from molntk.errors import InputError
 from molntk.models.so3_ntk import SO3NTKRegressor
 
@@ -114,3 +115,14 @@ def test_model_files_with_bad_metadata_or_arrays_are_damaged_files(fitted_so3, t
     with pytest.raises(InputError, match=str(path).replace("\\", "\\\\").replace(".", "\\.")) as info:
         SO3NTKRegressor.load(path)
     assert message in str(info.value)
+
+
+def test_molecules_with_elements_never_seen_in_training_are_refused(fitted_so3):
+    """Trained on H, C, N, O only: fluoromethane would get a zero kernel and a zero dressed-atom
+    weight for F, i.e. a silent wrong prediction; it is an InputError naming the molecule and F."""
+    model, mols, _ = fitted_so3
+    assert model.training_elements_ == (1, 6, 7, 8)
+    fluoromethane = read_smiles(["CF"]).molecules[0]
+    with pytest.raises(InputError, match=r"CF.*element\(s\) F outside the elements of the training molecules \(H, C, N, O\)"):
+        model.predict([mols[30], fluoromethane])
+    assert np.isfinite(model.predict([mols[30]])).all()

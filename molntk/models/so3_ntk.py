@@ -93,6 +93,11 @@ def as_molecules(X: Any, name: str = "X") -> list[Molecule]:
     return out
 
 
+def present_elements(numbers: np.ndarray) -> tuple[int, ...]:
+    """The distinct atomic numbers among ``numbers``, ascending."""
+    return tuple(int(z) for z in np.unique(numbers))
+
+
 def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The arrays and the JSON metadata of a model file (``numpy.savez``, no pickles);
     :class:`InputError` naming ``path`` when it is not such a file."""
@@ -145,7 +150,8 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
 
     Fitted attributes: ``regressor_`` (:class:`~molntk.regression.KernelRegressor`, or
     :class:`~molntk.regression.sparse.SparseKernelRegressor` in sparse mode, with fitted
-    ``n_inducing_`` and ``rank_``), ``dressed_atom_``, ``train_molecules_``; sparse mode
+    ``n_inducing_`` and ``rank_``), ``dressed_atom_``, ``train_molecules_``,
+    ``training_elements_`` (atomic numbers present in them, ascending); sparse mode
     also ``inducing_rows_`` (int64) and ``inducing_`` (the inducing environments, an
     :class:`~molntk.features.environments.EnvironmentBatch` of one-environment molecules).
     """
@@ -243,19 +249,15 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             K_nm = kern(feats, self.inducing_).ntk.detach().cpu().double().numpy()
             self.regressor_ = sparse.fit(K_nm, K_mm, y - base)
         self.train_molecules_ = molecules
+        self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
         self.n_features_in_ = 1
         return self
-
-    @property
-    def training_elements_(self) -> tuple[int, ...]:
-        """Atomic numbers present in the training molecules: the model knows nothing of the
-        others (element pairing gives them a zero kernel, the dressed-atom model a zero weight)."""
-        return tuple(sorted({int(z) for m in self.train_molecules_ for z in m.numbers}))
 
     def predict(self, X: Any, return_std: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Predictions for molecules X; with ``return_std`` also the NTK-GP standard deviation
         (exact mode only). Sparse mode computes only Θ(X, inducing_). A molecule with an
-        element outside :attr:`training_elements_` is an :class:`InputError` naming it."""
+        element outside ``training_elements_`` (the atomic numbers present in the training
+        molecules; the model knows nothing of others) is an :class:`InputError` naming it."""
         if not hasattr(self, "regressor_"):
             raise InputError("SO3NTKRegressor", "predict called before fit")
         sparse = isinstance(self.regressor_, SparseKernelRegressor)
@@ -333,6 +335,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             Molecule(arrays["numbers"][e - n : e], arrays["positions"][e - n : e], id=mol_id)
             for e, n, mol_id in zip(ends, arrays["n_atoms"], meta["ids"])
         ]
+        model.training_elements_ = present_elements(arrays["numbers"])
         model.dressed_atom_ = None
         if "dressed_atom_coef" in arrays:
             model.dressed_atom_ = DressedAtomModel()

@@ -313,6 +313,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
                 stacklevel=4,
             )
         return solution
+
     def fitted_arrays(self) -> dict[str, np.ndarray]:
         """The fitted state as plain arrays (for model files that must not unpickle code).
 

@@ -113,8 +113,6 @@ class DeviceExecutor:
                 t.join()
 
 
-
-
 @dataclass
 class DaskExecutor:
     """Blocks as tasks on a Dask ``distributed`` cluster (``client``: a distributed.Client).

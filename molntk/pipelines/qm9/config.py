@@ -71,7 +71,6 @@ class QM9DataConfig(Section):
         return self
 
 
-
 class FeatureMapsConfig(Section):
     """Environment feature maps (:class:`~molntk.features.environments.FeatureConfig`):
     band limit L, angular smearing σ (rad) and radial basis (``kind: gaussian`` with

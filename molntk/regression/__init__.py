@@ -1,7 +1,7 @@
 """Kernel regression on precomputed NTK / NNGP kernels, as scikit-learn estimators.
 
 The regressors (:class:`KernelRegressor`, :class:`SparseKernelRegressor`,
-:class:`DressedAtomModel`) are ``BaseEstimator`` + ``RegressorMixin``: ``__init__`` stores
+:class:`FalkonRegressor`, :class:`DressedAtomModel`) are ``BaseEstimator`` + ``RegressorMixin``: ``__init__`` stores
 the parameters as given, ``fit`` checks them (:class:`~molntk.errors.InputError` naming the
 parameter) and sets fitted attributes with a trailing underscore (``reg_``, ``cv_result_``,
 ...), so ``clone``, ``GridSearchCV`` and ``cross_val_score`` apply. ``KernelRegressor``
@@ -21,6 +21,8 @@ works like ``KernelRidge(kernel="precomputed")``: ``fit(K_train, y)``, ``predict
   (λ by CV, finite t, variances) or, for large N, Cholesky or PCG;
 - :mod:`~molntk.regression.sparse`: :class:`SparseKernelRegressor`, kernel ridge on the
   Nyström kernel, λ by closed-form LOO or GCV;
+- :mod:`~molntk.regression.falkon`: :class:`FalkonRegressor`, the same model by Falkon's
+  preconditioned conjugate gradients (no n × m factorisation; CPU or CUDA), λ on a hold-out split;
 - :mod:`~molntk.regression.validation`: conversion and checks of the arrays and numbers taken;
 - :mod:`~molntk.regression.dressed_atom`: per-element linear baseline;
 - :mod:`~molntk.regression.metrics`: MAE, RMSE, R².
@@ -28,6 +30,7 @@ works like ``KernelRidge(kernel="precomputed")``: ``fit(K_train, y)``, ``predict
 
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.estimator import KernelRegressor, PCGConvergenceWarning
+from molntk.regression.falkon import FalkonConvergenceWarning, FalkonRegressor
 from molntk.regression.gp import nngp_posterior, nngp_variance
 from molntk.regression.metrics import mae, r2, regression_metrics, rmse
 from molntk.regression.ntk import ntk_filter, ntk_gp_variance, ntk_mean, ntk_weights
@@ -47,6 +50,8 @@ __all__ = [
     "CVResult",
     "DressedAtomModel",
     "Eigensystem",
+    "FalkonConvergenceWarning",
+    "FalkonRegressor",
     "IllConditionedWarning",
     "KernelRegressor",
     "PCGConvergenceWarning",

@@ -7,8 +7,8 @@ number of the preconditioned matrix, plain conjugate gradients and a brute-force
 loop over the λ grid.
 
 The synthetic "molecules" are groups of 2–5 environments (points uniform in [-2, 2]³), the
-environment kernel an RBF of length 0.7 (positive definite; on ≤ 100 environments its
-condition number is ≲ 1e4), the molecular kernel K = S K_env Sᵀ (S the 0/1 membership
+environment kernel an RBF of length 0.7 unless stated (positive definite; cond(K_mm) ≈ 1e2–1e3
+for the inducing sets below), the molecular kernel K = S K_env Sᵀ (S the 0/1 membership
 matrix), K_nm = S K_env[:, inducing] and K_mm = K_env[inducing, inducing].
 """
 

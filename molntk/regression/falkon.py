@@ -12,10 +12,12 @@ K_j = K_mm + j·I the inducing weights are
 This is :class:`~molntk.regression.sparse.SparseKernelRegressor`'s model: with B = K_nm R
 and R Rᵀ = K_j⁻¹ (R invertible), push-through gives R Bᵀ (B Bᵀ + λI)⁻¹ Z =
 R (BᵀB + λI)⁻¹ Bᵀ Z = R [Rᵀ (K_mn K_nm + λ K_j) R]⁻¹ Rᵀ K_mn Z = W, since Rᵀ K_j R = I: kernel
-ridge on the Nyström kernel K̃ = K_nm K_j⁻¹ K_mn, equal to the sparse regressor on K_j
-wherever K_mm + j·I is nonsingular. The jitter j (``jitter`` × mean(diag K_mm), raised by
-factors of 10 until the Cholesky factorisation succeeds: K_mm is PSD only up to quadrature
-error; ``jitter_`` records the relative value used) changes K̃ by about j relative.
+ridge on the Nyström kernel K̃ = K_nm K_j⁻¹ K_mn, the sparse regressor on K_j (which is
+nonsingular). The jitter j (``jitter`` × mean(diag K_mm), raised by factors of 10 until the
+Cholesky factorisation succeeds: K_mm is PSD only up to quadrature error; ``jitter_``
+records the relative value used) changes K̃ by −j K_nm K_mm⁻² K_mn to first order: at most
+j / s_min(K_mm) relative, where the sparse regressor instead drops the eigenvalues of K_mm
+below its ``rank_rtol`` · s_max.
 
 Preconditioner (Cholesky factors only). T upper triangular with TᵀT = K_j, G = K_nm T⁻¹
 (n, m) the Nyström features (G Gᵀ = K̃, never formed), and A upper triangular with

@@ -65,6 +65,18 @@ def _quadratic_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tens
     return k11 * k22 + 2 * k12 * k12, 4 * k12
 
 
+def _exp_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
+    """σ(x) = eˣ (log-normal moments): F = E[e^{u+v}] = exp((k11 + k22)/2 + k12), Ḟ = F (σ' = σ).
+
+    Its pooled kernel is the "kernel exponential" of the lift: with the variances fixed,
+    F = e^{(k11 + k22)/2} Σ_ν k12^ν / ν!, so the Haar mean weights the (ν+1)-body term
+    ∫ K(u)^ν du by 1/ν! (σ_w² scales K, hence sets the body-order weights c^ν/ν!); the Wigner
+    kernel family of Bigi et al. (JCP 161, 044116, 2024) sums the same series.
+    """
+    f = torch.exp(k12 + 0.5 * (k11 + k22))
+    return f, f.clone()
+
+
 def _identity_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
     """σ(x) = x: F = k12, Ḟ = 1."""
     return k12, torch.ones_like(k12)
@@ -83,12 +95,13 @@ ACTIVATIONS: dict[str, DualActivation] = {
     "relu": DualActivation("relu", torch.relu, _relu_dual),
     "erf": DualActivation("erf", torch.erf, _erf_dual),
     "quadratic": DualActivation("quadratic", torch.square, _quadratic_dual),
+    "exp": DualActivation("exp", torch.exp, _exp_dual),
     "identity": DualActivation("identity", lambda x: x, _identity_dual),
 }
 
 
 def get_activation(name: str) -> DualActivation:
-    """Look up an activation by name (``relu``, ``erf``, ``quadratic``, ``identity``)."""
+    """Look up an activation by name (``relu``, ``erf``, ``quadratic``, ``exp``, ``identity``)."""
     try:
         return ACTIVATIONS[name]
     except KeyError:

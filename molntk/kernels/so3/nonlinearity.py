@@ -26,7 +26,7 @@ from molntk.kernels.so3.state import GroupKernel, apply_rule
 
 @dataclass(frozen=True)
 class Nonlinearity:
-    """Pointwise σ (``relu``, ``erf``, ``quadratic``, ``identity``)."""
+    """Pointwise σ (``relu``, ``erf``, ``quadratic``, ``exp``, ``identity``)."""
 
     name: str
 

@@ -291,7 +291,12 @@ class SparseConfig(Section):
     its pseudo-inverse; 1e-10 stays above the quadrature error of the main job's kernels
     (≈ 5e-11 relative per entry) and, measured on QM9 U0 at N = 1,000
     (benchmarks/sparse_inducing.py), loses nothing against 1e-12, while 3e-8 (the λ floor)
-    cut the rank to ≈ 300 and raised the MAE from 70 to 105 meV. Reported as
+    cut the rank to ≈ 300 and raised the MAE from 70 to 105 meV. ``solver``: ``nystrom``
+    (:class:`~molntk.regression.sparse.SparseKernelRegressor`: thin SVD of the n × r Nyström
+    factor, λ by closed-form leave-one-out) or ``falkon``
+    (:class:`~molntk.regression.falkon.FalkonRegressor`: preconditioned conjugate gradients,
+    no n × m factorisation, λ on ``falkon_validation`` of the training molecules held out,
+    ``falkon_tol``, ``falkon_max_iter``; on the kernel's device). Reported as
     ``<model>-sparse``."""
 
     models: Annotated[list[Literal[SPARSE_MODELS]], Field(min_length=1)] = ["so3_ntk"]  # type: ignore[valid-type]
@@ -300,6 +305,10 @@ class SparseConfig(Section):
     seed: Seed = 0
     exact_up_to: Count | None = None
     rank_rtol: Annotated[float, Field(gt=0, lt=1)] = RECIPE.rank_rtol
+    solver: Literal["nystrom", "falkon"] = "nystrom"
+    falkon_validation: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    falkon_tol: Annotated[float, Field(gt=0, lt=1)] = 1e-8
+    falkon_max_iter: Count = 500
 
 
 class InvarianceConfig(Section):

@@ -71,13 +71,25 @@ def dressed_atom_records(sets: QM9Sets, targets: list[str], records: list, predi
                 predictions.setdefault(target, {})["dressed-atom"] = pred.tolist()
 
 
+#: Fitted attributes reported with a kernel model's record when its solver has them.
+SOLVER_DIAGNOSTICS = ("condition_number", "eigenvalues_clipped", "iterations", "jitter")
+
+
+def solver_diagnostics(model: Any) -> dict[str, Any]:
+    """{name: model.<name>_} for the :data:`SOLVER_DIAGNOSTICS` the fitted ``model`` has (the
+    direct and Nyström solvers: condition number, K_mm eigenvalues dropped; Falkon: PCG
+    iterations, relative jitter)."""
+    return {name: getattr(model, name + "_") for name in SOLVER_DIAGNOSTICS if hasattr(model, name + "_")}
+
+
 def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int, predictions: dict, *,
                    fit: Callable[[np.ndarray], Any], test_kernel: np.ndarray, rotated_kernel: np.ndarray,
                    kernel_seconds: tuple[float, float], hyperparameters: str, **extra: Any) -> dict[str, Any]:
     """The record of one kernel model at training size n: the dressed-atom model (when
     ``residual``), ``fit`` on the residual targets of the first n training molecules (a
     fitted regressor with ``predict`` and the fitted attributes ``reg_relative_``, ``solver_``,
-    ``cv_result_``, ``condition_number_``, ``eigenvalues_clipped_``), predictions from its kernels against
+    ``cv_result_`` and the solver diagnostics it has of ``condition_number_``,
+    ``eigenvalues_clipped_``, ``iterations_``, ``jitter_``), predictions from its kernels against
     the test set and the rotated copies; ``kernel_seconds`` (training, test) are added to
     the measured fit and predict times; ``extra`` goes into the record."""
     y = sets.train_targets[target][:n]
@@ -100,5 +112,5 @@ def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int
         invariance_error=invariance_error(pred, pred_rot, sets.n_rotations),
         hyperparameters=hyperparameters, reg_relative=model.reg_relative_, solver=model.solver_,
         reg_at_grid_edge=None if model.cv_result_ is None else model.cv_result_.at_grid_edge,
-        condition_number=model.condition_number_, eigenvalues_clipped=model.eigenvalues_clipped_, **extra,
+        **solver_diagnostics(model), **extra,
     )

@@ -10,11 +10,12 @@ For a model listed in ``sparse.models``, with the candidate chosen for its exact
    n × m), each inducing environment being a molecule of its own
    (:class:`~molntk.molecular.sets.InducingSet`): blocks, cache, resume,
    GPUs and Dask as for the exact kernels;
-3. per target and training size n: the dressed-atom residual, then
-   :class:`~molntk.regression.sparse.SparseKernelRegressor` on the first n rows, λ by
-   closed-form LOO (GCV when ``regression.cv: gcv``) over the same relative grid as the
-   exact model (floored at ``psd_rtol`` for quadrature kernels); K_mm eigenvalues below
-   ``sparse.rank_rtol`` · s_max are dropped.
+3. per target and training size n: the dressed-atom residual, then, on the first n rows,
+   :class:`~molntk.regression.sparse.SparseKernelRegressor` (``sparse.solver: nystrom``, λ by
+   closed-form LOO, GCV when ``regression.cv: gcv``; K_mm eigenvalues below
+   ``sparse.rank_rtol`` · s_max are dropped) or :class:`~molntk.regression.falkon.FalkonRegressor`
+   (``falkon``: preconditioned CG, λ on held-out training molecules), over the same relative
+   grid as the exact model (floored at ``psd_rtol`` for quadrature kernels).
 
 ``fit_seconds`` = the compute seconds of Θ(inducing, inducing) and of the training rows'
 blocks + the fit; ``predict_seconds`` = the test rows' blocks + the product.
@@ -32,10 +33,11 @@ import numpy as np
 from molntk.features.inducing import inducing_environments
 from molntk.molecular import InducingSet
 from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
-from molntk.pipelines.qm9.candidates import Candidate
+from molntk.pipelines.qm9.candidates import Candidate, dtype_and_device
 from molntk.pipelines.qm9.config import QM9PropertyConfig, SparseConfig
 from molntk.pipelines.qm9.evaluate import evaluate_model
 from molntk.pipelines.qm9.sets import QM9Sets
+from molntk.regression.falkon import FalkonRegressor
 from molntk.regression.selection import lambda_grid
 from molntk.regression.sparse import SparseKernelRegressor
 from molntk.scale.blocks import TEST, TRAIN
@@ -98,13 +100,18 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, as
 
 
 def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9PropertyConfig,
-               quadrature: bool) -> SparseKernelRegressor:
-    """Step 3's regressor: λ by LOO (or GCV) over the relative grid, floored for quadratures;
-    K_mm's pseudo-inverse cut at ``sparse.rank_rtol``."""
-    reg = config.regression
+               quadrature: bool) -> SparseKernelRegressor | FalkonRegressor:
+    """Step 3's regressor, λ over the relative grid floored for quadratures: ``sparse.solver``
+    "nystrom" by LOO (or GCV), K_mm's pseudo-inverse cut at ``sparse.rank_rtol``; "falkon" on
+    held-out training molecules, on the kernel's device."""
+    reg, sparse = config.regression, config.sparse
     grid = lambda_grid(reg.psd_rtol, quadrature)
+    if sparse.solver == "falkon":
+        _, device = dtype_and_device(config)
+        return FalkonRegressor(reg="cv", relative_grid=grid, validation_fraction=sparse.falkon_validation,
+                               tol=sparse.falkon_tol, max_iter=sparse.falkon_max_iter, device=device).fit(K_nm, K_mm, y)
     cv = "gcv" if reg.cv == "gcv" else "loo"
-    return SparseKernelRegressor(reg="cv", cv=cv, relative_grid=grid, rank_rtol=config.sparse.rank_rtol).fit(K_nm, K_mm, y)
+    return SparseKernelRegressor(reg="cv", cv=cv, relative_grid=grid, rank_rtol=sparse.rank_rtol).fit(K_nm, K_mm, y)
 
 
 def sparse_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: SparseKernels, name: str, chosen: Candidate,

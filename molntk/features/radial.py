@@ -6,8 +6,10 @@ Two kinds, each a frozen dataclass with ``n_functions`` (how many radial functio
 over P atom pairs:
 
 - :class:`GaussianBasis` (``kind: gaussian``): n Gaussians times a smooth cosine cutoff,
+  optionally times a radial scaling u(r) that weights far neighbours less,
 
-      R_k(r) = exp(−(r − μ_k)² / (2 w²)) · fc(r),   fc(r) = ½ (cos(π r / r_cut) + 1) for r < r_cut, 0 beyond,
+      R_k(r) = exp(−(r − μ_k)² / (2 w²)) · fc(r) · u(r),   fc(r) = ½ (cos(π r / r_cut) + 1) for r < r_cut, 0 beyond,
+      u(r) = 1 / (1 + (r / r₀)^p)   (Willatt, Musil & Ceriotti, PCCP 20, 29661, 2018; u = 1 without r₀),
 
   centres μ_k = r_min + k (r_cut − r_min)/(n − 1) evenly spaced in [r_min, r_cut] (μ_0 = r_min
   when n = 1), width w = the centre spacing unless given (r_cut − r_min when n = 1).
@@ -65,13 +67,17 @@ class GaussianBasis:
     """Gaussians exp(−(r − μ_k)²/(2w²)) on [r_min, r_cut] (Å) times a cosine cutoff at r_cut.
 
     ``n``: number of Gaussians; ``width``: w in Å (``None``: the centre spacing
-    (r_cut − r_min)/(n − 1), or r_cut − r_min when n = 1).
+    (r_cut − r_min)/(n − 1), or r_cut − r_min when n = 1); ``scaling_r0`` r₀ in Å and
+    ``scaling_power`` p of the radial scaling u(r) = 1/(1 + (r/r₀)^p) (``None``: u = 1), which
+    lets a long cutoff see far neighbours without letting them outweigh the near ones.
     """
 
     n: int = 6
     r_min: float = 0.5
     r_cut: float = 5.0
     width: float | None = None
+    scaling_r0: float | None = None
+    scaling_power: float = 4.0
 
     kind: ClassVar[str] = "gaussian"
 
@@ -83,6 +89,9 @@ class GaussianBasis:
             raise ValueError(f"gaussian radial basis needs r_cut > r_min, got r_cut={self.r_cut}, r_min={self.r_min}")
         if self.width is not None:
             object.__setattr__(self, "width", check_float("gaussian radial basis width", self.width, positive=True))
+        if self.scaling_r0 is not None:
+            object.__setattr__(self, "scaling_r0", check_float("gaussian radial basis scaling_r0", self.scaling_r0, positive=True))
+        object.__setattr__(self, "scaling_power", check_float("gaussian radial basis scaling_power", self.scaling_power, positive=True))
 
     @property
     def n_functions(self) -> int:
@@ -108,10 +117,18 @@ class GaussianBasis:
         """R_k(r_ab) for P pairs: shape (P, n). The atomic numbers are not used."""
         mu = torch.as_tensor(self.centres, dtype=r.dtype, device=r.device)
         gauss = torch.exp(-((r[:, None] - mu) ** 2) / (2.0 * self.sigma**2))
-        return gauss * cosine_cutoff(r, self.r_cut)[:, None]
+        envelope = cosine_cutoff(r, self.r_cut)
+        if self.scaling_r0 is not None:
+            envelope = envelope / (1.0 + (r / self.scaling_r0) ** self.scaling_power)
+        return gauss * envelope[:, None]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "n": self.n, "r_min": self.r_min, "r_cut": self.r_cut, "width": self.width}
+        """The settings; the radial scaling's only when it is on (so that settings, and the
+        block-cache keys made from them, of bases without it stay as they were)."""
+        out = {"kind": self.kind, "n": self.n, "r_min": self.r_min, "r_cut": self.r_cut, "width": self.width}
+        if self.scaling_r0 is not None:
+            out.update(scaling_r0=self.scaling_r0, scaling_power=self.scaling_power)
+        return out
 
 
 @dataclass(frozen=True)

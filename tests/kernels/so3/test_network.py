@@ -245,6 +245,26 @@ def test_pooled_kernel_rotation_invariance_improves_with_resolution(mode):
     assert errors[2] < 1e-3, errors
 
 
+def test_exp_network_kernel_is_rotation_invariant_symmetric_and_psd():
+    """lift → exp → pool → dense: rotating an input's neighbourhood changes the fast-mode NTK by
+    < 1e-7 relative on the B = 5 grid (measured 3.3e-9: the grid is exact to Wigner degree 9
+    and eˣ of a band-limited lift is entire, so the quadrature error falls spectrally; the
+    bound leaves a 30× margin), and the exact-mode NTK Gram matrix of 6 inputs is symmetric
+    with eigenvalues ≥ −1e-12 · the largest (a Gram matrix of the discretised network: PSD up
+    to rounding; measured smallest/largest = +3e-3)."""
+    net = serial(Lift(3, 1.0, 0.2), Nonlinearity("exp"), Pool(), Dense(1.0, 0.1))
+    x = 0.4 * random_coefficients(6, 3, 3, seed=5)
+    ctx = net.discretisation(SO3Grid(5), "fast")
+    base = net.kernel(x, x[:1], ctx=ctx).ntk
+    for R in _rotations(4):
+        rotated = net.kernel(x, rotate_coefficients(x[:1], R, 3), ctx=ctx).ntk
+        assert float((rotated - base).abs().max() / base.abs().max()) < 1e-7
+    gram = net.kernel(x, ctx=net.discretisation(SO3Grid(3), "exact")).ntk
+    assert torch.allclose(gram, gram.T, rtol=1e-13, atol=0)
+    eigenvalues = torch.linalg.eigvalsh(gram)
+    assert eigenvalues.min() >= -1e-12 * eigenvalues.max()
+
+
 def _rotations(n: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
     angles = torch.rand(n, 3, generator=g, dtype=torch.float64) * torch.tensor([2 * np.pi, np.pi, 2 * np.pi], dtype=torch.float64)

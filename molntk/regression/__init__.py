@@ -23,6 +23,8 @@ works like ``KernelRidge(kernel="precomputed")``: ``fit(K_train, y)``, ``predict
   Nyström kernel, λ by closed-form LOO or GCV;
 - :mod:`~molntk.regression.falkon`: :class:`FalkonRegressor`, the same model by Falkon's
   preconditioned conjugate gradients (no n × m factorisation; CPU or CUDA), λ on a hold-out split;
+- :mod:`~molntk.regression.inducing`: their shared fitted state (inducing weights, target
+  scaling, plain-array model state) and prediction K_tm W;
 - :mod:`~molntk.regression.validation`: conversion and checks of the arrays and numbers taken;
 - :mod:`~molntk.regression.dressed_atom`: per-element linear baseline;
 - :mod:`~molntk.regression.metrics`: MAE, RMSE, R².

@@ -95,6 +95,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from molntk.errors import InputError
 from molntk.regression import validation
+from molntk.regression.inducing import InducingWeights
 from molntk.regression.scaling import TargetScaler
 from molntk.regression.selection import DEFAULT_RELATIVE_GRID, CVResult
 from molntk.scale.devices import resolve_device
@@ -272,7 +273,7 @@ def holdout_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.nd
 
 
 @dataclass(eq=False, repr=False)
-class FalkonRegressor(RegressorMixin, BaseEstimator):
+class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
     """Kernel ridge on the Nyström kernel K̃ = K_nm K_j⁻¹ K_mn of m inducing points (module
     docstring) by Falkon's preconditioned conjugate gradients, a scikit-learn estimator:
     ``fit(K_nm, K_mm, Y)``, ``predict(K_tm)``. At the same λ its predictions are those of
@@ -316,6 +317,8 @@ class FalkonRegressor(RegressorMixin, BaseEstimator):
 
     method: ClassVar[str] = "ntk"
     t: ClassVar[float] = math.inf
+    SOLVER: ClassVar[str] = "falkon"
+    KIND: ClassVar[str] = "Falkon regressor"
 
     _: KW_ONLY
     reg: float | str = "cv"
@@ -486,66 +489,22 @@ class FalkonRegressor(RegressorMixin, BaseEstimator):
         return result, iterations, solutions[result.best_index]
 
     def _set_state(self, weights: np.ndarray, scaler: TargetScaler, was_1d: bool, reg: float, jitter: float) -> None:
-        """Keep W (m, k), the scaler and the target shape for ``predict``, and set ``solver_``,
-        ``reg_``, ``jitter_``, ``n_inducing_``, ``target_mean_``, ``target_scale_``, ``n_targets_``."""
-        self._fitted = (weights, scaler, was_1d)
-        self.solver_, self.reg_, self.jitter_ = "falkon", reg, jitter
-        self.n_inducing_, self.n_targets_ = weights.shape
-        self.target_mean_, self.target_scale_ = scaler.mean, scaler.scale
+        """Keep the fitted state (:class:`~molntk.regression.inducing.InducingWeights`) and ``jitter_``."""
+        self._keep(weights, scaler, was_1d, reg)
+        self.jitter_ = jitter
 
     def fitted_arrays(self) -> dict[str, np.ndarray]:
         """The fitted state as plain arrays (for model files that must not unpickle code):
         ``solver`` (0-d unicode "falkon"), float64 ``weights`` (W, (m, k)), ``target_mean``,
         ``target_scale`` (k,), and 0-d ``reg``, ``jitter``, ``was_1d``: all that ``predict`` needs."""
-        weights, scaler, was_1d = self._state("fitted_arrays called before fit")
-        return {
-            "solver": np.asarray("falkon"),
-            "weights": weights,
-            "target_mean": scaler.mean,
-            "target_scale": scaler.scale,
-            "reg": np.asarray(float(self.reg_)),
-            "jitter": np.asarray(float(self.jitter_)),
-            "was_1d": np.asarray(float(was_1d)),
-        }
+        return {**self._state_arrays(), "jitter": np.asarray(float(self.jitter_))}
 
     def load_fitted_arrays(self, arrays: dict[str, np.ndarray]) -> FalkonRegressor:
         """Restore the state written by :meth:`fitted_arrays` (this regressor's settings are
         kept), with the fitted attributes the arrays hold (class docstring)."""
-        solver = str(arrays.get("solver", "missing"))
-        if solver != "falkon":
-            raise InputError("solver", f"the arrays are not a Falkon regressor's state (solver {solver!r})")
-        weights = np.asarray(arrays["weights"], dtype=np.float64)
-        scaler = TargetScaler(
-            np.asarray(arrays["target_mean"], dtype=np.float64), np.asarray(arrays["target_scale"], dtype=np.float64)
-        )
-        if weights.ndim != 2 or scaler.mean.shape != (weights.shape[1],) or scaler.scale.shape != (weights.shape[1],):
-            raise InputError("weights", f"shape {weights.shape} does not fit the {scaler.mean.shape} target scaling")
-        self._set_state(weights, scaler, bool(float(arrays["was_1d"])), float(arrays["reg"]), float(arrays["jitter"]))
+        self._restore(arrays)
+        self.jitter_ = float(arrays["jitter"])
         return self
-
-    def _state(self, message: str) -> tuple[np.ndarray, TargetScaler, bool]:
-        """(W, scaler, whether Y was 1-d); InputError with ``message`` before ``fit``."""
-        fitted = getattr(self, "_fitted", None)
-        if fitted is None:
-            raise InputError("FalkonRegressor", message)
-        return fitted
-
-    @property
-    def inducing_weights(self) -> np.ndarray:
-        """W of the standardised targets Z, (m,) or (m, k) like Y."""
-        weights, _, was_1d = self._state("inducing_weights asked for before fit")
-        return validation.restore(weights, was_1d)
-
-    def predict(self, K_tm: object) -> np.ndarray:
-        """Mean prediction K_tm W, un-standardised, for the t test points of K_tm (t, m), the
-        kernel of the test points against the inducing points; (t,) or (t, k) like Y."""
-        weights, scaler, was_1d = self._state("predict called before fit")
-        cross = validation.matrix(K_tm, "K_tm")
-        if cross.shape[1] != weights.shape[0]:
-            raise InputError(
-                "K_tm", f"must have {weights.shape[0]} columns (one per inducing point), got shape {cross.shape}"
-            )
-        return validation.restore(scaler.inverse_transform(cross @ weights), was_1d)
 
 
 def _cross_kernel(K_nm: object, m: int) -> np.ndarray | torch.Tensor:

@@ -43,6 +43,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from molntk.errors import InputError
 from molntk.regression import validation
+from molntk.regression.inducing import InducingWeights
 from molntk.regression.nystrom import RANK_RTOL, NystromFactors, nystrom_factors
 from molntk.regression.scaling import TargetScaler
 from molntk.regression.selection import DEFAULT_RELATIVE_GRID, CVResult
@@ -63,7 +64,7 @@ def sparse_loo_residuals(
 
 
 @dataclass(eq=False, repr=False)
-class SparseKernelRegressor(RegressorMixin, BaseEstimator):
+class SparseKernelRegressor(InducingWeights, RegressorMixin, BaseEstimator):
     """Kernel ridge on the Nyström kernel K̃ = K_nm K_mm⁺ K_mn of m inducing points (module
     docstring), a scikit-learn estimator: ``fit(K_nm, K_mm, Y)``, ``predict(K_tm)``.
 
@@ -89,6 +90,8 @@ class SparseKernelRegressor(RegressorMixin, BaseEstimator):
 
     method: ClassVar[str] = "ntk"
     t: ClassVar[float] = math.inf
+    SOLVER: ClassVar[str] = "sparse"
+    KIND: ClassVar[str] = "sparse regressor"
 
     _: KW_ONLY
     reg: float | str = "cv"
@@ -151,12 +154,9 @@ class SparseKernelRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def _set_state(self, weights: np.ndarray, scaler: TargetScaler, was_1d: bool, reg: float, rank: int) -> None:
-        """Keep W_S (m, k), the scaler and the target shape for ``predict``, and set ``solver_``,
-        ``reg_``, ``rank_``, ``n_inducing_``, ``target_mean_``, ``target_scale_``, ``n_targets_``."""
-        self._fitted = (weights, scaler, was_1d)
-        self.solver_, self.reg_, self.rank_ = "sparse", reg, rank
-        self.n_inducing_, self.n_targets_ = weights.shape
-        self.target_mean_, self.target_scale_ = scaler.mean, scaler.scale
+        """Keep the fitted state (:class:`~molntk.regression.inducing.InducingWeights`) and ``rank_``."""
+        self._keep(weights, scaler, was_1d, reg)
+        self.rank_ = rank
 
     def _select(self, nys: NystromFactors, Z: np.ndarray, coeffs: np.ndarray) -> CVResult:
         """Score every λ of the grid by ``cv`` (non-finite scores count as inf)."""
@@ -180,50 +180,11 @@ class SparseKernelRegressor(RegressorMixin, BaseEstimator):
         """The fitted state as plain arrays (for model files that must not unpickle code):
         ``solver`` (0-d unicode "sparse"), float64 ``weights`` (W_S, (m, k)), ``target_mean``,
         ``target_scale`` (k,), and 0-d ``reg``, ``rank``, ``was_1d``: all that ``predict`` needs."""
-        weights, scaler, was_1d = self._state("fitted_arrays called before fit")
-        return {
-            "solver": np.asarray("sparse"),
-            "weights": weights,
-            "target_mean": scaler.mean,
-            "target_scale": scaler.scale,
-            "reg": np.asarray(float(self.reg_)),
-            "rank": np.asarray(int(self.rank_), dtype=np.int64),
-            "was_1d": np.asarray(float(was_1d)),
-        }
+        return {**self._state_arrays(), "rank": np.asarray(int(self.rank_), dtype=np.int64)}
 
     def load_fitted_arrays(self, arrays: dict[str, np.ndarray]) -> SparseKernelRegressor:
         """Restore the state written by :meth:`fitted_arrays` (this regressor's settings are
         kept), with the fitted attributes the arrays hold (class docstring)."""
-        solver = str(arrays.get("solver", "missing"))
-        if solver != "sparse":
-            raise InputError("solver", f"the arrays are not a sparse regressor's state (solver {solver!r})")
-        weights = np.asarray(arrays["weights"], dtype=np.float64)
-        scaler = TargetScaler(np.asarray(arrays["target_mean"], dtype=np.float64), np.asarray(arrays["target_scale"], dtype=np.float64))
-        if weights.ndim != 2 or scaler.mean.shape != (weights.shape[1],) or scaler.scale.shape != (weights.shape[1],):
-            raise InputError("weights", f"shape {weights.shape} does not fit the {scaler.mean.shape} target scaling")
-        self._set_state(weights, scaler, bool(float(arrays["was_1d"])), float(arrays["reg"]), int(arrays["rank"]))
+        self._restore(arrays)
+        self.rank_ = int(arrays["rank"])
         return self
-
-    def _state(self, message: str) -> tuple[np.ndarray, TargetScaler, bool]:
-        """(W_S, scaler, whether Y was 1-d); InputError with ``message`` before ``fit``."""
-        fitted = getattr(self, "_fitted", None)
-        if fitted is None:
-            raise InputError("SparseKernelRegressor", message)
-        return fitted
-
-    @property
-    def inducing_weights(self) -> np.ndarray:
-        """W_S of the standardised targets Z, (m,) or (m, k) like Y."""
-        weights, _, was_1d = self._state("inducing_weights asked for before fit")
-        return validation.restore(weights, was_1d)
-
-    def predict(self, K_tm: object) -> np.ndarray:
-        """Mean prediction K_tm W_S, un-standardised, for the t test points of K_tm (t, m), the
-        kernel of the test points against the inducing points; (t,) or (t, k) like Y."""
-        weights, scaler, was_1d = self._state("predict called before fit")
-        cross = validation.matrix(K_tm, "K_tm")
-        if cross.shape[1] != weights.shape[0]:
-            raise InputError(
-                "K_tm", f"must have {weights.shape[0]} columns (one per inducing point), got shape {cross.shape}"
-            )
-        return validation.restore(scaler.inverse_transform(cross @ weights), was_1d)

@@ -135,6 +135,22 @@ def test_lift_monte_carlo_covariance_equals_analytic_kernel():
     assert ((emp - analytic).abs() / se).max() < 5.0
 
 
+def median_empirical_ntk_errors(net, x: torch.Tensor, widths: list[int], seeds: int = 6) -> list[float]:
+    """Per width, the median over ``seeds`` finite networks of ‖Θ̂_n − Θ‖/‖Θ‖, Θ the exact-mode
+    NTK of ``net`` on the band-limit-2 grid."""
+    ctx = net.discretisation(SO3Grid(2), "exact")
+    theta = net.kernel(x, ctx=ctx).ntk
+    medians = []
+    for width in widths:
+        errors = []
+        for seed in range(seeds):
+            torch.manual_seed(seed)
+            emp = empirical_ntk(net.finite(tuple(x.shape[1:]), width, ctx), x)
+            errors.append(float((emp - theta).norm() / theta.norm()))
+        medians.append(float(np.median(errors)))
+    return medians
+
+
 @pytest.mark.slow
 def test_empirical_ntk_converges_to_exact_kernel_like_inverse_sqrt_width():
     """(b) lift → ReLU → conv → ReLU → pool → dense: ‖Θ̂_n − Θ‖/‖Θ‖ ∝ n^(-1/2).
@@ -145,18 +161,8 @@ def test_empirical_ntk_converges_to_exact_kernel_like_inverse_sqrt_width():
     ≈ 0.08 over ln(16); the slope must lie in −0.5 ± 0.2 (2.5 standard errors) and the
     widest network must be within 12 % of the analytic kernel (measured: 5–7 %).
     """
-    x = random_coefficients(5, 3, 3, seed=0)
-    ctx = FULL.discretisation(SO3Grid(2), "exact")
-    theta = FULL.kernel(x, ctx=ctx).ntk
     widths = [64, 256, 1024]
-    medians = []
-    for width in widths:
-        errors = []
-        for seed in range(6):
-            torch.manual_seed(seed)
-            emp = empirical_ntk(FULL.finite(tuple(x.shape[1:]), width, ctx), x)
-            errors.append(float((emp - theta).norm() / theta.norm()))
-        medians.append(np.median(errors))
+    medians = median_empirical_ntk_errors(FULL, random_coefficients(5, 3, 3, seed=0), widths)
     slope = np.polyfit(np.log(widths), np.log(medians), 1)[0]
     assert -0.7 <= slope <= -0.3, (slope, medians)
     assert medians[-1] < 0.12, medians
@@ -190,17 +196,7 @@ def test_empirical_ntk_of_exp_network_converges_to_exact_kernel():
     must be within 6 % of the analytic kernel.
     """
     net = serial(Lift(3, 1.0, 0.2), Nonlinearity("exp"), Pool(), Dense(1.0, 0.1))
-    x = 0.4 * random_coefficients(5, 3, 3, seed=0)
-    ctx = net.discretisation(SO3Grid(2), "exact")
-    theta = net.kernel(x, ctx=ctx).ntk
-    medians = []
-    for width in [64, 1024]:
-        errors = []
-        for seed in range(6):
-            torch.manual_seed(seed)
-            emp = empirical_ntk(net.finite(tuple(x.shape[1:]), width, ctx), x)
-            errors.append(float((emp - theta).norm() / theta.norm()))
-        medians.append(np.median(errors))
+    medians = median_empirical_ntk_errors(net, 0.4 * random_coefficients(5, 3, 3, seed=0), [64, 1024])
     assert medians[0] / medians[1] > 2.0, medians
     assert medians[1] < 0.06, medians
 

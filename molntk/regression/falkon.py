@@ -97,7 +97,7 @@ from molntk.errors import InputError
 from molntk.regression import validation
 from molntk.regression.inducing import InducingWeights
 from molntk.regression.scaling import TargetScaler
-from molntk.regression.selection import DEFAULT_RELATIVE_GRID, CVResult
+from molntk.regression.selection import CVResult, checked_relative_grid
 from molntk.scale.devices import resolve_device
 from molntk.utils.checks import integer
 
@@ -339,7 +339,7 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         """Raise :class:`InputError` naming the first parameter out of range."""
         if self.reg != "cv":
             validation.nonnegative(self.reg, "reg")
-        self._relative_grid()
+        checked_relative_grid(self.relative_grid)
         fraction = validation.positive(self.validation_fraction, "validation_fraction")
         if fraction >= 1:
             raise InputError("validation_fraction", f"must be in (0, 1), got {fraction}")
@@ -354,16 +354,6 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
             integer(self.block_size, "block_size", minimum=1)
         self._device()
         validation.choice(self.dtype, "dtype", tuple(DTYPES))
-
-    def _relative_grid(self) -> np.ndarray:
-        """``relative_grid`` (default :data:`~molntk.regression.selection.DEFAULT_RELATIVE_GRID`),
-        sorted; InputError unless a non-empty 1-d list of values > 0."""
-        grid = validation.as_float64(
-            DEFAULT_RELATIVE_GRID if self.relative_grid is None else self.relative_grid, "relative_grid"
-        )
-        if grid.ndim != 1 or grid.size == 0 or np.min(grid) <= 0:
-            raise InputError("relative_grid", f"must be a non-empty 1-d list of values > 0, got {grid.tolist()}")
-        return np.sort(grid)
 
     def _device(self) -> torch.device:
         """``device`` resolved; InputError naming it when torch has no such device."""
@@ -471,7 +461,7 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         """Hold-out scores of every λ of the grid, PCG on the rows of ``part`` from the largest λ
         to the smallest with warm starts; the curve, the iterations per λ (ascending λ) and
         the weights at the best λ."""
-        relative = self._relative_grid()
+        relative = checked_relative_grid(self.relative_grid)
         grid = relative * mean_diag
         KtZ = part.transpose_times(Z[torch.as_tensor(part.index, device=Z.device)])
         heldout = replace(part, index=held)

@@ -44,6 +44,17 @@ CRITERIA = ("loo", "kfold", "gcv")
 DEFAULT_RELATIVE_GRID = np.logspace(-10.0, 0.0, 21)
 
 
+def checked_relative_grid(relative_grid: object) -> np.ndarray:
+    """``relative_grid`` (None: :data:`DEFAULT_RELATIVE_GRID`) as a sorted float64 array;
+    InputError naming ``relative_grid`` unless a non-empty 1-d list of values > 0."""
+    relative = np.sort(
+        validation.as_float64(DEFAULT_RELATIVE_GRID if relative_grid is None else relative_grid, "relative_grid")
+    )
+    if relative.ndim != 1 or relative.size == 0 or relative[0] <= 0:
+        raise InputError("relative_grid", f"must be a non-empty 1-d list of values > 0, got {relative.tolist()}")
+    return relative
+
+
 def relative_grid_from(floor: float) -> np.ndarray:
     """:data:`DEFAULT_RELATIVE_GRID` without the values below ``floor`` (relative λ ≥ floor):
     for kernels accurate only to ``floor`` relative (quadratures), a smaller λ fits their error."""
@@ -209,11 +220,7 @@ def select_regularizer(
     t = validation.nonnegative(t, "t", allow_inf=True)
     lr = validation.positive(lr, "lr")
     Y2, _ = validation.targets(Y, "Y", rows=eig.n)
-    relative = np.sort(
-        validation.as_float64(DEFAULT_RELATIVE_GRID if relative_grid is None else relative_grid, "relative_grid")
-    )
-    if relative.ndim != 1 or relative.size == 0 or relative[0] <= 0:
-        raise InputError("relative_grid", f"must be a non-empty 1-d list of values > 0, got {relative.tolist()}")
+    relative = checked_relative_grid(relative_grid)
     if eig.mean_diag <= 0:
         raise InputError("K_train", f"mean of the diagonal is {eig.mean_diag:.3g}; cannot scale the λ grid")
     grid = relative * eig.mean_diag

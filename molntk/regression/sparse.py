@@ -46,7 +46,7 @@ from molntk.regression import validation
 from molntk.regression.inducing import InducingWeights
 from molntk.regression.nystrom import RANK_RTOL, NystromFactors, nystrom_factors
 from molntk.regression.scaling import TargetScaler
-from molntk.regression.selection import DEFAULT_RELATIVE_GRID, CVResult
+from molntk.regression.selection import CVResult, checked_relative_grid
 from molntk.regression.spectral import ILL_CONDITIONED, IllConditionedWarning
 
 SPARSE_CRITERIA = ("loo", "gcv")
@@ -105,18 +105,8 @@ class SparseKernelRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         if self.reg != "cv":
             validation.nonnegative(self.reg, "reg")
         validation.choice(self.cv, "cv", SPARSE_CRITERIA)
-        self._relative_grid()
+        checked_relative_grid(self.relative_grid)
         validation.positive(self.rank_rtol, "rank_rtol")
-
-    def _relative_grid(self) -> np.ndarray:
-        """``relative_grid`` (default :data:`~molntk.regression.selection.DEFAULT_RELATIVE_GRID`),
-        sorted; InputError unless a non-empty 1-d list of values > 0."""
-        grid = validation.as_float64(
-            DEFAULT_RELATIVE_GRID if self.relative_grid is None else self.relative_grid, "relative_grid"
-        )
-        if grid.ndim != 1 or grid.size == 0 or np.min(grid) <= 0:
-            raise InputError("relative_grid", f"must be a non-empty 1-d list of values > 0, got {grid.tolist()}")
-        return np.sort(grid)
 
     def fit(self, K_nm: object, K_mm: object, Y: object) -> SparseKernelRegressor:
         """Fit on K_nm (n, m), K_mm (m, m) and targets Y ((n,) or (n, k))."""
@@ -162,7 +152,7 @@ class SparseKernelRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         """Score every λ of the grid by ``cv`` (non-finite scores count as inf)."""
         if nys.mean_diag <= 0:
             raise InputError("K_nm", "K̃ = K_nm K_mm⁺ K_mn has a zero diagonal; cannot scale the λ grid")
-        relative = self._relative_grid()
+        relative = checked_relative_grid(self.relative_grid)
         grid = relative * nys.mean_diag
         scores = []
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -199,12 +199,13 @@ def main() -> None:
     for name in args.variants:
         new: list[dict[str, Any]] = []
         recipe = matched(name, train[:500])
+        variance = recipe.sigma_w**2 * preactivation_scale(recipe, train[:500])
         K = kernels(name, recipe, train, test, rotated, args.cache)
         for setting in args.regression:
             psd_rtol, rank_rtol = REGRESSION[setting]
             for n in args.sizes:
                 record = {"variant": name, "change": VARIANTS[name][2], "m": VARIANTS[name][1], "regression": setting,
-                          "sigma_w": recipe.sigma_w, "preactivation_variance": recipe.sigma_w**2 * preactivation_scale(recipe, train[:500]),
+                          "sigma_w": recipe.sigma_w, "preactivation_variance": variance,
                           "n_train": n, "n_test": len(test), "kernel_seconds": float(K["seconds"]),
                           **score(K, y_train, y_test, counts_train, counts_test, n, psd_rtol, rank_rtol, n_rotations)}
                 new.append(record)

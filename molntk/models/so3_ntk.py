@@ -101,6 +101,16 @@ def present_elements(numbers: np.ndarray) -> tuple[int, ...]:
     return tuple(int(z) for z in np.unique(numbers))
 
 
+#: How files that hold pickled objects begin: a pickle (protocol ≥ 2), a ``.npy`` of objects.
+PICKLED_MAGIC = (b"\x80", b"\x93NUMPY")
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    """Whether the file at ``path`` begins with ``magic``."""
+    with open(path, "rb") as fh:
+        return fh.read(len(magic)) == magic
+
+
 def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The arrays and the JSON metadata of a model file (``numpy.savez``, no pickles);
     :class:`InputError` naming ``path`` when it is not such a file."""
@@ -117,7 +127,12 @@ def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any
     except EOFError:
         raise ModelFileError(str(path), "not a molntk model file (the file is empty)") from None
     except (OSError, ValueError, zipfile.BadZipFile) as err:
-        reason = "it holds pickled objects, which model files never do" if "allow_pickle" in str(err) else str(err)
+        if "allow_pickle" not in str(err):  # numpy's advice comes for every file that is no archive
+            reason = str(err)
+        elif any(_starts_with(path, magic) for magic in PICKLED_MAGIC):
+            reason = "it holds pickled objects, which model files never do"
+        else:
+            reason = "not a .npz archive"
         raise ModelFileError(str(path), f"not a molntk model file ({reason})") from None
     if "metadata" not in arrays:
         raise ModelFileError(str(path), "not a molntk model file (no metadata)")

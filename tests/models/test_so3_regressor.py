@@ -190,3 +190,11 @@ def test_from_recipe_gives_the_recipe_back(fitted_so3):
     rebuilt = SO3NTKRegressor.from_recipe(model.recipe(), residual=False, cv="gcv")
     assert rebuilt.recipe() == model.recipe()
     assert (rebuilt.residual, rebuilt.cv) == (False, "gcv")
+
+
+def test_a_text_file_is_not_an_archive_rather_than_pickled_data(tmp_path):
+    """numpy advises allow_pickle for any file that is no archive; the message says what it is."""
+    text = tmp_path / "ethanol.xyz"
+    text.write_text("3\n\nO 0 0 0\nH 0 0 1\nH 0 1 0\n")
+    with pytest.raises(ModelFileError, match="not a molntk model file \\(not a .npz archive\\)"):
+        SO3NTKRegressor.load(text)

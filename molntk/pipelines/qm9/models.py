@@ -22,7 +22,7 @@ import numpy as np
 
 from molntk.data.molecule import Molecule
 from molntk.models import SO3NTKRegressor
-from molntk.pipelines.qm9.candidates import dtype_and_device, so3_recipe
+from molntk.pipelines.qm9.candidates import so3_recipe
 from molntk.pipelines.qm9.config import QM9PropertyConfig, SO3Candidate
 
 #: Suffix of a model file.
@@ -30,10 +30,11 @@ MODEL_SUFFIX = ".molntk.npz"
 
 
 def so3_estimator(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str, residual: bool) -> SO3NTKRegressor:
-    """The unfitted estimator of ``candidate`` under the config (λ by the config's CV, on its kernel device)."""
-    _, device = dtype_and_device(config)
+    """The unfitted estimator of ``candidate`` under the config (λ by the config's CV). Its
+    ``device`` is the CPU: it computes only a model file's predictions, wherever the file
+    is loaded (the run's device may be a GPU the loading machine does not have)."""
     return SO3NTKRegressor.from_recipe(so3_recipe(config, candidate, reduce), residual=residual,
-                                       cv=config.regression.cv, device=device)
+                                       cv=config.regression.cv, device="cpu")
 
 
 def config_sha256(config: QM9PropertyConfig) -> str:

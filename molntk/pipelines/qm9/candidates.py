@@ -80,7 +80,6 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
     distance among ``reference`` (training molecules)."""
     models, kernel = config.models, config.kernel
     features = config.features.feature_config()
-    _, device = dtype_and_device(config)
     pairing = "element" if kernel.pairing == "atom-index" else kernel.pairing  # the baselines'
     out: dict[str, list[Candidate]] = {}
     if models.so3_ntk is not None:

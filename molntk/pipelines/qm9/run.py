@@ -52,7 +52,8 @@ def run_qm9_property(
     matrices_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the pipeline; returns ``{"records", "search", "predictions", "kernel_seconds",
-    "sizes", …, "models"}`` (``models``: target → its fitted SO(3) model, :func:`saves_so3_model`). Kernel blocks are cached under ``cache_dir`` when given; with
+    "sizes", …, "models"}`` (``models``: target → its fitted SO(3) model,
+    :func:`saves_so3_model`). Kernel blocks are cached under ``cache_dir`` when given; with
     ``compute.storage: disk`` the chosen kernels are ``.npy`` memory maps under ``matrices_dir``."""
     compute = config.compute
     if compute.storage == "disk" and matrices_dir is None:

@@ -29,15 +29,16 @@ N_TRAIN, N_TEST = 24, 8
 
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory):
-    """SMALL run by ``molntk run`` and by ``molntk fit --out``: (config path, run folder, fit folder, fit JSON)."""
+    """SMALL run by ``molntk run`` (its tables) and by ``molntk fit --out``: (config path, run
+    folder, fit folder, fit JSON, the run's output)."""
     folder = tmp_path_factory.mktemp("models")
     config = folder / "small.yaml"
     config.write_text("name: small\n" + SMALL + f"output: {folder / 'run'}\n")
-    run = CliRunner().invoke(app, ["run", str(config), "--json"])
+    run = CliRunner().invoke(app, ["run", str(config)])
     assert run.exit_code == 0, run.output
     fit = CliRunner().invoke(app, ["fit", str(config), "--out", str(folder / "fit"), "--json"])
     assert fit.exit_code == 0, fit.output
-    return config, folder / "run", folder / "fit", json.loads(fit.stdout)["result"]
+    return config, folder / "run", folder / "fit", json.loads(fit.stdout)["result"], run.output
 
 
 def _test_molecules(qm9):
@@ -45,7 +46,7 @@ def _test_molecules(qm9):
 
 
 def test_run_saves_the_chosen_model_with_target_unit_and_provenance(small_runs):
-    config, run, _, _ = small_runs
+    config, run, _, _, _ = small_runs
     model = SO3NTKRegressor.load(run / "models" / "u0_atom.molntk.npz")
     assert (model.target_, model.unit_) == ("u0_atom", "meV")
     assert model.training_elements_ == (1, 6, 7, 8)  # the first 24 training molecules have no F
@@ -65,12 +66,10 @@ def test_run_model_predicts_what_the_run_reported(small_runs, qm9):
     """The saved model recomputes K(test, train) itself; the run predicted from its block-assembled
     kernel. Same kernel up to rounding (≈ 1e-12 relative), same λ: equal to 1e-6 meV on
     predictions of ≈ 3e4 meV."""
-    _, run, _, _ = small_runs
+    _, run, _, _, _ = small_runs
     model = SO3NTKRegressor.load(run / "models" / "u0_atom.molntk.npz")
     reported = pd.read_csv(run / "predictions.csv")["u0_atom:so3-ntk"].to_numpy()
-    mean, std = model.predict(_test_molecules(qm9), return_std=True)
-    np.testing.assert_allclose(mean, reported, rtol=0, atol=1e-6)
-    assert np.all(std > 0) and np.all(np.isfinite(std))
+    np.testing.assert_allclose(model.predict(_test_molecules(qm9)), reported, rtol=0, atol=1e-6)
 
 
 def test_fit_equals_an_estimator_built_by_hand_from_the_config(small_runs, qm9):
@@ -79,7 +78,7 @@ def test_fit_equals_an_estimator_built_by_hand_from_the_config(small_runs, qm9):
     the candidate σ_w 1, σ_b 0.1; dressed-atom residual for U0), on the first 24 molecules of
     the standard training split: the mapping from config to estimator, checked. Means and
     standard deviations to 1e-8 relative (the same kernels, computed in blocks vs whole)."""
-    _, run, fit, result = small_runs
+    _, run, fit, result, _ = small_runs
     assert result["model_files"] == {"u0_atom": str(fit / "u0_atom.molntk.npz")} and result["n_train"] == N_TRAIN
     fitted = SO3NTKRegressor.load(fit / "u0_atom.molntk.npz")
     train = standard_split(len(qm9), 0).train[:N_TRAIN]
@@ -88,11 +87,12 @@ def test_fit_equals_an_estimator_built_by_hand_from_the_config(small_runs, qm9):
         radial={"kind": "gaussian", "n": 6, "r_min": 0.5, "r_cut": 5.0}, grid_band_limit=3, sampling="gauss-legendre",
         psd_rtol=1e-4, residual=True,
     ).fit(qm9.molecules(train.tolist()), np.asarray(qm9.target("u0_atom"))[train])
-    test = _test_molecules(qm9)
+    test = _test_molecules(qm9)[:4]
     expected, expected_std = by_hand.predict(test, return_std=True)
     got, got_std = fitted.predict(test, return_std=True)
     np.testing.assert_allclose(got, expected, rtol=1e-8)
     np.testing.assert_allclose(got_std, expected_std, rtol=1e-8)
+    assert np.all(got_std > 0)
     from_run = SO3NTKRegressor.load(run / "models" / "u0_atom.molntk.npz").predict(test)
     np.testing.assert_allclose(got, from_run, rtol=1e-8)
     assert fitted.provenance_["config_sha256"] == SO3NTKRegressor.load(run / "models" / "u0_atom.molntk.npz").provenance_["config_sha256"]
@@ -140,7 +140,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 def test_a_full_disk_leaves_the_previous_results_as_they_were(small_runs, monkeypatch, tmp_path):
     """A rerun into the folder of a finished run whose metrics.csv writer hits ENOSPC: exit 2
     naming the folder, every file of the previous set byte for byte, no staging folder left."""
-    config, run, _, _ = small_runs
+    config, run, _, _, _ = small_runs
     before = _snapshot(run)
     assert "models/u0_atom.molntk.npz" in before and "report.json" in before
 
@@ -154,3 +154,8 @@ def test_a_full_disk_leaves_the_previous_results_as_they_were(small_runs, monkey
     assert str(run) in line and "No space left on device" in line
     assert _snapshot(run) == before
     assert [p.name for p in run.parent.iterdir() if ".partial-" in p.name] == []
+
+
+def test_run_table_names_the_saved_model(small_runs):
+    _, run, _, _, output = small_runs
+    assert f"model (u0_atom): {run / 'models' / 'u0_atom.molntk.npz'}" in output

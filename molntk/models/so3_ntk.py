@@ -62,7 +62,9 @@ from molntk.errors import InputError
 from molntk.features.environments import EnvironmentBatch, FeatureConfig
 from molntk.features.inducing import SELECTIONS, environments_as_molecules, inducing_environments
 from molntk.features.radial import radial_basis_from_dict
+from molntk.models.forces import energies_and_forces, kernel_expansion
 from molntk.models.so3_recipe import SO3ModelRecipe
+from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.estimator import KernelRegressor
 from molntk.regression.sparse import SPARSE_CRITERIA, SparseKernelRegressor
@@ -154,6 +156,11 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     ``training_elements_`` (atomic numbers present in them, ascending); sparse mode
     also ``inducing_rows_`` (int64) and ``inducing_`` (the inducing environments, an
     :class:`~molntk.features.environments.EnvironmentBatch` of one-environment molecules).
+
+    ``predict_forces`` gives F = −∂E/∂r (:mod:`molntk.models.forces`). What predictions need
+    besides the query (the molecular kernel and the feature maps of the training molecules,
+    or the inducing environments) is built once and kept (``_reference``) until ``fit``,
+    ``load`` or a parameter change.
     """
 
     layers: str = DEFAULTS.layers
@@ -248,6 +255,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             K_mm = kern(self.inducing_).ntk.detach().cpu().double().numpy()
             K_nm = kern(feats, self.inducing_).ntk.detach().cpu().double().numpy()
             self.regressor_ = sparse.fit(K_nm, K_mm, y - base)
+        self._reference_cache = (self.regressor_, self.get_params(), kern, feats if sparse is None else self.inducing_)
         self.train_molecules_ = molecules
         self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
         self.n_features_in_ = 1
@@ -258,27 +266,64 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         (exact mode only). Sparse mode computes only Θ(X, inducing_). A molecule with an
         element outside ``training_elements_`` (the atomic numbers present in the training
         molecules; the model knows nothing of others) is an :class:`InputError` naming it."""
-        if not hasattr(self, "regressor_"):
-            raise InputError("SO3NTKRegressor", "predict called before fit")
+        molecules, base = self._query(X, "predict")
         sparse = isinstance(self.regressor_, SparseKernelRegressor)
         if sparse and return_std:
             raise InputError("return_std", "a sparse model (inducing is set) has no NTK-GP variance; use inducing=None")
-        molecules = as_molecules(X)
-        for m in molecules:  # an element never seen in training would get a zero kernel and coefficient
-            m.check_elements(self.training_elements_, "the elements of the training molecules")
         recipe = self.recipe()
-        kern = recipe.molecular_kernel(self.device)
+        kern, reference = self._reference()
         test = recipe.environments(molecules, self.device)
-        base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.dressed_atom_ is not None else 0.0
         if sparse:
-            return base + self.regressor_.predict(kern(test, self.inducing_).ntk.detach().cpu().double().numpy())
-        cross = kern(test, recipe.environments(self.train_molecules_, self.device))
+            return base + self.regressor_.predict(kern(test, reference).ntk.detach().cpu().double().numpy())
+        cross = kern(test, reference)
         ntk, nngp = (t.detach().cpu().double().numpy() for t in (cross.ntk, cross.nngp))
         if not return_std:
             return base + self.regressor_.predict(ntk)
         diag = np.array([float(kern(recipe.environments([m], self.device)).nngp[0, 0]) for m in molecules])  # prior k(x, x)
         mean, std = self.regressor_.predict(ntk, diag, return_std=True, K_nngp_test_train=nngp)
         return base + mean, std
+
+    def predict_forces(self, X: Any, return_energy: bool = False) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
+        """Forces F_a = −∂E/∂r_a on the atoms of each molecule of X: a list of (n_atoms, 3)
+        float64 arrays in the target's unit per Å (meV/Å for QM9 energies), by autograd
+        through the feature maps, the kernel and the linear prediction (exact and sparse
+        mode; :mod:`molntk.models.forces` gives the formula). With ``return_energy`` also the
+        energies (n,) of the same pass, equal to :meth:`predict` up to rounding. The model
+        must have one target, which must be an energy for F to be a force."""
+        molecules, base = self._query(X, "predict_forces")
+        if self.pairing == "atom-index":
+            raise InputError("pairing", "'atom-index' (the reference comparison's padded layout) has no forces; use 'element' or 'shared'")
+        expansion = kernel_expansion(*self._reference(), self.regressor_.fitted_arrays())
+        energies, forces = energies_and_forces(expansion, molecules)
+        return (base + energies, forces) if return_energy else forces
+
+    def _query(self, X: Any, caller: str) -> tuple[list[Molecule], np.ndarray | float]:
+        """The molecules of X and their dressed-atom energies (0 without ``residual``).
+        A molecule with an element outside ``training_elements_`` (the model knows nothing
+        of others: zero kernel and coefficient) is an :class:`InputError` naming it."""
+        if not hasattr(self, "regressor_"):
+            raise InputError("SO3NTKRegressor", f"{caller} called before fit")
+        molecules = as_molecules(X)
+        for m in molecules:
+            m.check_elements(self.training_elements_, "the elements of the training molecules")
+        base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.dressed_atom_ is not None else 0.0
+        return molecules, base
+
+    def _reference(self) -> tuple[SO3MolecularKernel, EnvironmentBatch]:
+        """The molecular kernel and the reference side of every prediction: the feature maps of
+        the training molecules (exact mode) or the inducing environments (sparse mode). Built
+        on first use and kept with the regressor and the parameters it was built for, so that
+        ``fit``, ``load`` and ``set_params`` make it anew."""
+        cached = self.__dict__.get("_reference_cache")
+        params = self.get_params()
+        if cached is not None and cached[0] is self.regressor_ and cached[1] == params:
+            return cached[2], cached[3]
+        recipe = self.recipe()
+        kern = recipe.molecular_kernel(self.device)
+        sparse = isinstance(self.regressor_, SparseKernelRegressor)
+        reference = self.inducing_ if sparse else recipe.environments(self.train_molecules_, self.device)
+        self._reference_cache = (self.regressor_, params, kern, reference)
+        return kern, reference
 
     # -- files ---------------------------------------------------------------------------
 

@@ -107,7 +107,7 @@ def test_file_config_problems_name_their_keys(tmp_path: Path) -> None:
         "targets=[gpa]": "targets: target 'gpa' is not in data.targets (did you mean 'gap'?)",
         "data.source=files": "data.source: expected one of 'qm9pack', 'torch-geometric', 'file', got 'files' (did you mean 'file'?)",
         "data.smiles_column=smiles": "data.smiles_column: only used with a CSV table, not '.extxyz'",
-        "data.split.test_fraction=1.5": "data.split.test_fraction: must be < 1, got 1.5",
+        "data.split={kind: random, test_fraction: 1.5}": "data.split.test_fraction: must be < 1.0, got 1.5",
     }
     for override, message in cases.items():
         with pytest.raises(ConfigValidationError) as caught:

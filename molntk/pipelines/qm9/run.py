@@ -12,7 +12,7 @@ import torch
 from molntk.molecular import MoleculeSet
 from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
 from molntk.pipelines.qm9.candidates import build_candidates, dtype_and_device
-from molntk.pipelines.qm9.config import QM9PropertyConfig
+from molntk.pipelines.qm9.config import FileDataConfig, QM9PropertyConfig
 from molntk.pipelines.qm9.evaluate import dressed_atom_records, residual_targets
 from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels
 from molntk.pipelines.qm9.sets import QM9Sets, load_sets
@@ -27,10 +27,13 @@ DRESSED_ATOM_TARGETS = frozenset({"u0", "u", "h", "g", "u0_atom", "u_atom", "h_a
 
 
 def target_settings(config: QM9PropertyConfig, target: str) -> tuple[str, bool]:
-    """(reduce, dressed-atom residual) for ``target`` under the config's ``auto`` rules."""
+    """(reduce, dressed-atom residual) for ``target`` under the config's ``auto`` rules: by
+    name for QM9 targets; sum and the dressed-atom residual for a file's targets (their
+    nature is unknown, and the dressed-atom model is fitted on training data only)."""
     reg = config.regression
-    reduce = reg.reduce if reg.reduce != "auto" else ("mean" if target in INTENSIVE_TARGETS else "sum")
-    residual = reg.residual == "dressed-atom" or (reg.residual == "auto" and target in DRESSED_ATOM_TARGETS)
+    qm9 = not isinstance(config.data, FileDataConfig)
+    reduce = reg.reduce if reg.reduce != "auto" else ("mean" if qm9 and target in INTENSIVE_TARGETS else "sum")
+    residual = reg.residual == "dressed-atom" or (reg.residual == "auto" and (not qm9 or target in DRESSED_ATOM_TARGETS))
     return reduce, residual
 
 
@@ -69,6 +72,8 @@ def run_qm9_property(
         "threads": threads,
         "test_targets": {t: sets.test_targets[t].tolist() for t in config.targets},
         "units": sets.units,
+        "elements": list(sets.composition.elements),
+        "read_failures": sets.read_failures,
     }
 
 
@@ -90,7 +95,7 @@ def _run_models(config: QM9PropertyConfig, sets: QM9Sets, assembler: BlockAssemb
     selection = MoleculeSet(sets.train_molecules[:n_select], sets.molecules.dtype, sets.molecules.device)
     for reduce, targets in by_reduce.items():
         y_sel = np.stack([residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
-        for name, candidates in build_candidates(config, reduce, sets.train_molecules[:n_select]).items():
+        for name, candidates in build_candidates(config, reduce, sets.train_molecules[:n_select], sets.composition).items():
             best, rows = select_candidate(candidates, selection, y_sel, config, assembler)
             search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
             chosen = candidates[best]

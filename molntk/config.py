@@ -39,6 +39,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from molntk.errors import ConfigError
 
@@ -157,25 +158,56 @@ def _dotted(loc: Sequence[str | int]) -> str:
     return text
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The model class inside an annotation (``SplitConfig``, ``SplitConfig | None``)."""
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Every model class inside an annotation (``SplitConfig``, ``SplitConfig | None``, a union of sections)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The (first) model class inside an annotation (``SplitConfig``, ``SplitConfig | None``)."""
+    models = _models_in(annotation)
+    return models[0] if models else None
+
+
+def _tags(field: FieldInfo) -> dict[str, type[BaseModel]]:
+    """Tag → section of a discriminated union of sections (``Field(discriminator="kind")``);
+    empty for any other field."""
+    key = field.discriminator
+    if not isinstance(key, str):
+        return {}
+    return {str(value): model for model in _models_in(field.annotation)
+            for value in get_args(model.model_fields[key].annotation)}
+
+
+def _walk(root: type[BaseModel], loc: Sequence[str | int]) -> tuple[type[BaseModel] | None, tuple[str | int, ...]]:
+    """The model class that validates the section at ``loc`` (``()`` is ``root``; None if
+    none does), and ``loc`` without the tags pydantic puts after a discriminated union's
+    key (``data.file.path`` is the user's ``data.path``)."""
+    model: type[BaseModel] | None = root
+    shown: list[str | int] = []
+    i = 0
+    while i < len(loc):
+        part = loc[i]
+        shown.append(part)
+        i += 1
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            model = None
+            continue
+        field = model.model_fields[part]
+        tags = _tags(field)
+        if i < len(loc) and isinstance(loc[i], str) and loc[i] in tags:
+            model = tags[str(loc[i])]
+            i += 1
+        else:
+            model = _model_in(field.annotation)
+    return model, tuple(shown)
 
 
 def _model_at(root: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
     """The model class that validates the section at ``loc`` (``()`` is ``root``)."""
-    model: type[BaseModel] | None = root
-    for part in loc:
-        if model is None or not isinstance(part, str) or part not in model.model_fields:
-            return None
-        model = _model_in(model.model_fields[part].annotation)
-    return model
+    return _walk(root, loc)[0]
 
 
 def _literal_values(root: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
@@ -239,6 +271,14 @@ def _problem_text(root: type[BaseModel], err: Mapping[str, Any]) -> tuple[tuple[
         close = _closest(err.get("input"), values)
         hint = f" (did you mean {close!r}?)" if close is not None else ""
         return loc, f"expected one of {listed}, got {got}{hint}"
+    if kind in ("union_tag_invalid", "union_tag_not_found"):  # the key of a discriminated union
+        key = str(ctx.get("discriminator", "")).strip("'")
+        if kind == "union_tag_not_found":
+            return (*loc, key), "missing required key"
+        tags = [tag.strip().strip("'") for tag in str(ctx.get("expected_tags", "")).split(",")]
+        close = _closest(ctx.get("tag"), tags)
+        hint = f" (did you mean {close!r}?)" if close is not None else ""
+        return (*loc, key), f"expected one of {ctx.get('expected_tags')}, got {_show(ctx.get('tag'))}{hint}"
     if kind == "invalid_key":  # the key itself ends ``loc``; an int key is no list index
         return (*loc[:-1], str(loc[-1])), f"expected a string key, got {got}"
     if kind in _EXPECTED:
@@ -468,6 +508,7 @@ class TaskRegistry(Mapping[str, Task]):
             problems = []
             for err in exc.errors():
                 loc, message = _problem_text(model, err)
+                loc = _walk(model, loc)[1]
                 problems.append(ConfigProblem(_blame(loc, overrides, source), _dotted(loc), message))
             raise ConfigValidationError(problems) from None
 

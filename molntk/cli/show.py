@@ -53,6 +53,11 @@ def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None
     chosen = [r for r in result["search"] if r.get("chosen")]
     print_results_table(chosen, [("model", "model", "s"), ("candidate", "chosen hyperparameters", "s"),
                                  ("cv_rmse", "CV RMSE", ".4g")], title="hyperparameters chosen on training data")
+    failures = result.get("read_failures", [])
+    if failures:
+        print(f"{len(failures)} item(s) of the data file not used:")
+        for message in failures:
+            print(f"  {message}")
     print(f"report: {result['output']}/report.json")
     for target, path in result["model_files"].items():
         print(f"model ({target}): {path}")

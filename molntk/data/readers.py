@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import ase
 import ase.io
@@ -118,7 +118,7 @@ class ReadResult:
 # --------------------------------------------------------------------------- helpers
 
 
-def _check_file(path: PathLike) -> None:
+def check_file(path: PathLike) -> None:
     """:class:`InputError` if ``path`` is missing or a directory."""
     if Path(path).is_dir():
         raise InputError(str(path), "is a directory, not a molecule file")
@@ -129,7 +129,7 @@ def _check_file(path: PathLike) -> None:
 def _read_text(path: PathLike) -> str:
     """The text of a file, or :class:`InputError` if it is missing, a directory, unreadable, empty or binary."""
     source = str(path)
-    _check_file(path)
+    check_file(path)
     try:
         data = Path(path).read_bytes()
     except OSError as error:
@@ -402,8 +402,19 @@ def _ctab_molecule(mol: Chem.Mol, header: list[str], *, add_hs: bool, source: st
     return Molecule(numbers, positions, id=mol_id, source=source)
 
 
-def _iter_sdf(path: PathLike, *, add_hs: bool) -> Iterator[Item]:
-    """Molecules (or errors) of the records of an SDF or MOL file, in file order.
+class SDFRecord(NamedTuple):
+    """One SDF/MOL record: its molecule (or the error that makes it unusable), its property
+    tags (``> <name>`` data items, as RDKit reads them), ``what`` (``record i ('name')``) and
+    the 1-based line where it starts."""
+
+    item: Item
+    properties: dict[str, Any]
+    what: str
+    line: int
+
+
+def iter_sdf_records(path: PathLike, *, add_hs: bool = False) -> Iterator[SDFRecord]:
+    """The records of an SDF or MOL file, in file order, with their property tags.
 
     Read with ``Chem.SDMolSupplier`` (hydrogens kept); a record RDKit cannot parse, or
     whose molecule is not usable, is an error naming the record's index, name and first line.
@@ -426,13 +437,21 @@ def _iter_sdf(path: PathLike, *, add_hs: bool) -> Iterator[Item]:
         name = header[0].strip() if header and header[0].strip() != "$$$$" else ""
         what = f"record {index}" + (f" ({name!r})" if name else "")
         mol_id = name or _item_id(stem, index, n_records)
+        properties = {} if mol is None else mol.GetPropsAsDict()
         try:
             if mol is None:
                 raise InputError(source, f"RDKit cannot parse it{_because(messages)}")
-            yield _ctab_molecule(mol, header, add_hs=add_hs, source=source, mol_id=mol_id)
+            item: Item = _ctab_molecule(mol, header, add_hs=add_hs, source=source, mol_id=mol_id)
         except InputError as error:
-            yield _located(error, source, line, what)
+            item = _located(error, source, line, what)
+        yield SDFRecord(item, properties, what, line)
         line += record.count("\n")
+
+
+def _iter_sdf(path: PathLike, *, add_hs: bool) -> Iterator[Item]:
+    """Molecules (or errors) of the records of an SDF or MOL file (:func:`iter_sdf_records`)."""
+    for record in iter_sdf_records(path, add_hs=add_hs):
+        yield record.item
 
 
 def read_sdf(path: PathLike, *, add_hs: bool = False) -> list[Molecule]:
@@ -587,7 +606,7 @@ def _iter_file(path: PathLike, *, add_hs: bool, seed: int) -> Iterator[Item]:
     elif suffix in (".smi", ".smiles"):
         yield from _iter_smiles_file(path, seed=seed)
     else:
-        _check_file(path)
+        check_file(path)
         problem = f"unknown file type {suffix or '(no suffix)'!r}; expected one of {', '.join(SUFFIXES)}"
         raise InputError(str(path), problem)
 

@@ -251,6 +251,7 @@ def environment_features(
     *,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
+    positions: Tensor | None = None,
 ) -> EnvironmentBatch:
     """Fourier coefficients f̂^l_c(a) of every atom environment of ``molecules`` (see module doc).
 
@@ -260,6 +261,11 @@ def environment_features(
     and then cast to ``dtype`` (float32 or float64). A single-atom molecule gives an
     all-zero environment. Raises :class:`InputError` for an element outside
     ``config.elements``.
+
+    ``positions``: a tensor (total atoms, 3) in Å, the molecules' atoms in order, used
+    instead of their positions; every step is a differentiable torch operation (the radial
+    basis, e3nn's spherical harmonics, the scatter-add), so autograd carries gradients from
+    the coefficients back to it (forces, :mod:`molntk.models.forces`).
     """
     config = FeatureConfig() if config is None else config
     if dtype not in _DTYPES:
@@ -267,14 +273,16 @@ def environment_features(
     molecules = _as_list(molecules)
     n_atoms = np.array([m.n_atoms for m in molecules], dtype=np.int64)
     numbers = np.concatenate([m.numbers for m in molecules]) if molecules else np.zeros(0, np.int64)
-    positions = np.concatenate([m.positions for m in molecules]) if molecules else np.zeros((0, 3))
+    coordinates = np.concatenate([m.positions for m in molecules]) if molecules else np.zeros((0, 3))
     _check_elements(molecules, numbers, n_atoms, config.elements)
 
     n_elem, n_rad, n_coef = len(config.elements), config.n_radial, config.n_coeffs
     element_slot = np.full(MAX_Z + 1, -1, dtype=np.int64)
     element_slot[list(config.elements)] = np.arange(n_elem)
 
-    pos = torch.as_tensor(positions, dtype=torch.float64, device=device)
+    if positions is not None and tuple(positions.shape) != (numbers.size, 3):
+        raise ValueError(f"positions must have shape ({numbers.size}, 3) for these molecules, got {tuple(positions.shape)}")
+    pos = torch.as_tensor(positions if positions is not None else coordinates, dtype=torch.float64, device=device)
     z = torch.as_tensor(numbers, device=device)
     smearing = smearing_vector(config.band_limit, config.smearing_width, dtype=dtype, device=device)
     slot_of_element = torch.as_tensor(element_slot, device=device)

@@ -9,7 +9,10 @@ activation of σ is
 Each :class:`DualActivation` carries the finite-width function (``apply``, used by the
 finite networks that test the kernels) next to these closed forms (``dual``). A dual
 never modifies its arguments, k11 and k22 broadcast against k12, and the Ḟ it returns is
-a fresh tensor (callers may update it in place).
+a fresh tensor (callers may update it in place unless autograd records through it:
+:func:`recording`). The duals update their big temporaries in place, except where autograd
+records (forces: gradients of kernels with respect to their inputs), where each step makes
+a fresh tensor so that the values autograd saved stay intact.
 """
 
 from __future__ import annotations
@@ -27,6 +30,12 @@ from torch import Tensor
 CLAMP = 1e-12
 
 
+def recording(*tensors: Tensor | None) -> bool:
+    """Whether autograd records a graph through any of ``tensors`` (then no tensor that a
+    recorded operation saved may be updated in place)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def _relu_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
     """Arc-cosine kernel of degree 1 (Cho & Saul 2009), θ = arccos(k12 / √(k11 k22)):
 
@@ -42,8 +51,12 @@ def _relu_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
     inv_norm = torch.where(prod > 0, torch.rsqrt(prod), torch.zeros_like(prod))
     cos = torch.mul(k12, inv_norm).clamp_(-1.0, 1.0)
     sin = torch.addcmul(cos.new_ones(()), cos, cos, value=-1.0).sqrt_()  # 1 − cos² ≥ 0 as |cos| ≤ 1
+    scale = torch.sqrt(prod) * (1 / (2 * math.pi))
+    if recording(k12, k11, k22):  # cos and sin are saved for the gradient: fresh tensors
+        fdot = torch.acos(cos).mul_(-1 / (2 * math.pi)).add_(0.5)
+        return (sin * scale).addcmul_(k12, fdot), fdot
     fdot = cos.acos_().mul_(-1 / (2 * math.pi)).add_(0.5)
-    f = sin.mul_(torch.sqrt(prod) * (1 / (2 * math.pi))).addcmul_(k12, fdot)
+    f = sin.mul_(scale).addcmul_(k12, fdot)
     return f, fdot
 
 
@@ -55,6 +68,8 @@ def _erf_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
     inv_sqrt_d = torch.rsqrt((1 + 2 * k11) * (1 + 2 * k22))  # broadcast shape, usually small
     rho = torch.mul(k12, 2 * inv_sqrt_d).clamp_(-1 + CLAMP, 1 - CLAMP)
     fdot = torch.addcmul(rho.new_ones(()), rho, rho, value=-1.0).clamp_(min=CLAMP).rsqrt_()
+    if recording(k12, k11, k22):  # rho and the rsqrt are saved for the gradient: fresh tensors
+        return torch.asin(rho) * (2 / math.pi), fdot * ((4 / math.pi) * inv_sqrt_d)
     fdot.mul_((4 / math.pi) * inv_sqrt_d)
     f = rho.asin_().mul_(2 / math.pi)
     return f, fdot

@@ -16,7 +16,8 @@ pairs split over ``torch.get_num_threads()`` threads), with the arcsin of
 ``benchmarks/so3_quadrature.py``). On CUDA the same formulas run as one Triton kernel
 (:mod:`molntk.kernels.pooled_activations_triton`: one read of the values instead of about
 ten passes). Other devices, dtypes and activations, and CUDA without Triton, take the
-torch path.
+torch path, and so does every call that autograd records (:func:`~molntk.kernels.activations.recording`:
+gradients with respect to the kernels, e.g. forces), since the fused passes are not differentiable.
 
 Results do not depend on how pairs are grouped into calls or threads: each pair's sum is one
 loop over its K values, vectorised in an order fixed by K alone (tested), so blockwise and
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from molntk.kernels.activations import CLAMP, get_activation
+from molntk.kernels.activations import CLAMP, get_activation, recording
 from molntk.kernels.arcsin import ASIN_COEFFICIENTS
 
 _G = ASIN_COEFFICIENTS
@@ -155,9 +156,10 @@ def pooled_dual(
     """(F̄, Θ̄) of the module docstring: ``nngp`` and ``ntk`` of shape (..., K), ``var1`` and
     ``var2`` broadcastable to (..., 1), ``weights`` (K,); results of shape (...) (Θ̄ None
     when ``ntk`` is None). ``ntk`` may be the same tensor as ``nngp``."""
-    if not fused_available(activation, nngp):
+    grad = recording(nngp, ntk, var1, var2)
+    if grad or not fused_available(activation, nngp):
         f, fdot = get_activation(activation).dual(nngp, var1, var2)
-        return f @ weights, None if ntk is None else fdot.mul_(ntk) @ weights
+        return f @ weights, None if ntk is None else (fdot * ntk if grad else fdot.mul_(ntk)) @ weights
     lead, k, theta, va, vb = _as_rows(nngp, ntk, var1, var2)
     if nngp.device.type == "cuda":
         from molntk.kernels.pooled_activations_triton import pooled_dual_triton

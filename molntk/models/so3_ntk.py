@@ -27,8 +27,14 @@ are computed (never n × n), and ``predict`` needs Θ(test, S) only. With every 
 environment inducing, K_mm = K (the environment kernel) and K_nm = A K (A the atom-to-molecule
 sum), so Θ̃ = A K K⁺ K Aᵀ = A K Aᵀ = Θ for a PSD K, up to its eigenvalues ≤ rank_rtol · s_max
 (and the quadrature's negative ones): the exact model. No predictive variance.
-Works with ``cross_val_score``, ``GridSearchCV`` and ``clone`` (inputs: lists of
-:class:`~molntk.data.molecule.Molecule` or ``ase.Atoms``).
+Works with ``cross_val_score``, ``GridSearchCV`` and ``clone``. Inputs (:func:`as_molecules`):
+:class:`~molntk.data.molecule.Molecule`, ``ase.Atoms``, SMILES strings, torch-geometric
+``Data`` and molecule files (xyz, extxyz, SDF/MOL, SMILES files; a file of several molecules
+counts as all of them), one or a list of them. ``device="auto"`` is CUDA when torch sees a
+GPU, else the CPU, resolved at ``fit`` (and at ``load``) into ``device_``. ``verbose=True``
+logs the steps and kernel-block progress of ``fit`` and ``predict`` at INFO level on the
+``molntk.models.so3_ntk`` logger (the library never prints; configure logging to see them,
+e.g. ``logging.basicConfig(level=logging.INFO)``).
 
 Model files (``save``/``load``) are one ``.npz`` archive of plain arrays read with
 ``allow_pickle=False`` (no code is ever unpickled): the format name and version, the
@@ -46,30 +52,39 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import numbers
+import os
+import time
 import zipfile
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ase
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from molntk._version import __version__
 from molntk.data.molecule import Molecule
-from molntk.data.readers import molecule_from_atoms
+from molntk.data.readers import SUFFIXES, ReadResult, read_molecules, read_smiles
 from molntk.errors import InputError, ModelFileError
 from molntk.features.environments import EnvironmentBatch, FeatureConfig
 from molntk.features.inducing import SELECTIONS, environments_as_molecules, inducing_environments
 from molntk.features.radial import radial_basis_from_dict
+from molntk.models.forces import energies_and_forces, kernel_expansion
 from molntk.models.so3_recipe import SO3ModelRecipe
+from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.estimator import KernelRegressor
 from molntk.regression.sparse import SPARSE_CRITERIA, SparseKernelRegressor
+from molntk.scale.devices import resolve_device
 from molntk.utils.files import atomic_path
+
+logger = logging.getLogger(__name__)
 
 #: The estimator's defaults: the recipe's (the main QM9 job's model, configs/qm9_u0.yaml).
 DEFAULTS = SO3ModelRecipe()
@@ -81,18 +96,36 @@ FORMAT = "molntk-so3-ntk-regressor"
 FORMAT_VERSION = 1
 
 
+#: What :func:`as_molecules` accepts, for its error message.
+ACCEPTED = "a Molecule, ase.Atoms, SMILES string, molecule file path or torch_geometric Data"
+
+
+def _is_pyg(item: Any) -> bool:
+    return type(item).__module__.startswith("torch_geometric")
+
+
+def _is_file(text: str) -> bool:
+    """Whether a string names a molecule file (a known suffix, or an existing file) rather than a SMILES."""
+    return os.path.splitext(text)[1].lower() in SUFFIXES or os.path.isfile(text)
+
+
 def as_molecules(X: Any, name: str = "X") -> list[Molecule]:
-    """A list of :class:`Molecule` from molecules or ``ase.Atoms`` (InputError naming the item otherwise)."""
-    if isinstance(X, Molecule):
+    """A list of :class:`Molecule` from one input or a sequence of them: molecules, ``ase.Atoms``,
+    torch-geometric ``Data``, file paths (``Path``, or a string with a molecule-file suffix
+    of :data:`~molntk.data.readers.SUFFIXES` or naming an existing file; every molecule of
+    the file, in order) and SMILES strings (any other string; embedded as in
+    :func:`~molntk.data.readers.molecule_from_smiles`). A bad item is an
+    :class:`InputError` naming it (``X[i]``) and the reader's reason."""
+    if isinstance(X, (Molecule, ase.Atoms, str, os.PathLike)) or _is_pyg(X):
         X = [X]
     out = []
     for i, item in enumerate(X):
-        if isinstance(item, Molecule):
-            out.append(item)
-        elif type(item).__name__ == "Atoms":
-            out.append(molecule_from_atoms(item, source=f"{name}[{i}]"))
-        else:
-            raise InputError(f"{name}[{i}]", f"expected a molntk Molecule or ase.Atoms, got {type(item).__name__}")
+        if not isinstance(item, (Molecule, ase.Atoms, str, os.PathLike)) and not _is_pyg(item):
+            raise InputError(f"{name}[{i}]", f"expected {ACCEPTED}, got {type(item).__name__}")
+        read: ReadResult = read_smiles([item]) if isinstance(item, str) and not _is_file(item) else read_molecules([item])
+        if read.failures:
+            raise InputError(f"{name}[{i}]", read.failures[0].message)
+        out.extend(read.molecules)
     return out
 
 
@@ -109,6 +142,14 @@ def _starts_with(path: Path, magic: bytes) -> bool:
     """Whether the file at ``path`` begins with ``magic``."""
     with open(path, "rb") as fh:
         return fh.read(len(magic)) == magic
+
+
+def _optional_text(meta: dict[str, Any], key: str) -> str | None:
+    """``meta[key]``: a string, or None when absent (files from before it was written)."""
+    value = meta.get(key)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"metadata {key!r} is a {type(value).__name__}, not a string")
+    return value
 
 
 def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -145,14 +186,6 @@ def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any
     return arrays, meta
 
 
-def _optional_text(meta: dict[str, Any], key: str) -> str | None:
-    """``meta[key]``: a string, or None when absent (files from before it was written)."""
-    value = meta.get(key)
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"metadata {key!r} is a {type(value).__name__}, not a string")
-    return value
-
-
 @dataclass(eq=False, repr=False)
 class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     """Kernel regression with the NTK of an SO(3) group-convolutional network (module docstring).
@@ -165,7 +198,8 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     dressed-atom model); ``reg`` ("cv" or λ ≥ 0), ``cv``, ``psd_rtol`` (regression: the
     accuracy of the fast-mode quadrature, 3e-8 suits erf networks on the default grid,
     whose kernels are accurate to ≈ 5e-11);
-    ``dtype``, ``device``, ``block_size`` (computation);
+    ``dtype``, ``device`` ("auto": CUDA when available, else the CPU), ``block_size``
+    (computation); ``verbose`` (log progress, module docstring);
     ``inducing`` (None: the exact model; an int m ≥ 1: the sparse model on m inducing
     environments, module docstring), ``inducing_selection`` ("fps" or "random"),
     ``inducing_seed`` (of "random"), ``rank_rtol`` (sparse: K_mm eigenvalues ≤ rank_rtol · s_max
@@ -174,7 +208,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     ``reg`` as a number is the absolute λ in both modes; ``cv`` must be "loo" or "gcv" in
     sparse mode. Every default is :data:`DEFAULTS`' (:class:`~molntk.models.so3_recipe.SO3ModelRecipe`).
 
-    Fitted attributes: ``regressor_`` (:class:`~molntk.regression.KernelRegressor`, or
+    Fitted attributes: ``device_`` (the resolved device), ``regressor_`` (:class:`~molntk.regression.KernelRegressor`, or
     :class:`~molntk.regression.sparse.SparseKernelRegressor` in sparse mode, with fitted
     ``n_inducing_`` and ``rank_``), ``dressed_atom_``, ``train_molecules_``,
     ``training_elements_`` (atomic numbers present in them, ascending), ``target_`` and
@@ -182,6 +216,11 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     ``n_train``, ``molntk`` version, ``created`` and what ``fit`` was given); sparse mode
     also ``inducing_rows_`` (int64) and ``inducing_`` (the inducing environments, an
     :class:`~molntk.features.environments.EnvironmentBatch` of one-environment molecules).
+
+    ``predict_forces`` gives F = −∂E/∂r (:mod:`molntk.models.forces`). What predictions need
+    besides the query (the molecular kernel and the feature maps of the training molecules,
+    or the inducing environments) is built once and kept (``_reference``) until ``fit``,
+    ``load`` or a parameter change.
     """
 
     layers: str = DEFAULTS.layers
@@ -201,12 +240,13 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     cv: str = "loo"
     psd_rtol: float = DEFAULTS.psd_rtol
     dtype: str = DEFAULTS.dtype
-    device: str = "cpu"
+    device: str = "auto"
     block_size: int = DEFAULTS.block_size
     inducing: int | None = None
     inducing_selection: str = "fps"
     inducing_seed: int = 0
     rank_rtol: float = DEFAULTS.rank_rtol
+    verbose: bool = False
 
     @classmethod
     def from_recipe(cls, recipe: SO3ModelRecipe, **params: Any) -> SO3NTKRegressor:
@@ -255,6 +295,29 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         self.inducing_rows_ = np.asarray(torch.as_tensor(rows).cpu(), dtype=np.int64)
         self.inducing_ = environments_as_molecules(train_feats, torch.from_numpy(self.inducing_rows_))
 
+    def _resolve_device(self) -> str:
+        """``device`` as a torch device name (``auto`` → cuda or cpu); InputError naming ``device``."""
+        try:
+            return str(resolve_device(self.device, "device"))
+        except (ValueError, RuntimeError) as err:
+            raise InputError("device", f"{self.device!r}: {err}") from None
+
+    def _log(self, message: str, *args: Any) -> None:
+        """An INFO record of the estimator's logger when ``verbose``."""
+        if self.verbose:
+            logger.info(message, *args)
+
+    def _progress(self, what: str) -> Callable[[int, int], None] | None:
+        """Kernel-block progress ``(done, total)`` of ``what`` as log records when ``verbose``."""
+        if not self.verbose:
+            return None
+        start = time.perf_counter()
+
+        def report(done: int, total: int) -> None:
+            logger.info("%s: %d/%d blocks, %.1f s", what, done, total, time.perf_counter() - start)
+
+        return report
+
     # -- scikit-learn interface ----------------------------------------------------------
 
     def fit(self, X: Any, y: Any, *, target: str | None = None, unit: str | None = None,
@@ -265,21 +328,30 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         molecules, y = self._training_data(X, y)
         n_inducing = self._check_sparse()
         recipe = self.recipe()
-        if n_inducing is None:
-            k = recipe.molecular_kernel(self.device)(recipe.environments(molecules, self.device))
+        sparse = None if n_inducing is None else self._sparse_regressor(recipe)
+        if sparse is not None:
+            sparse.check_params()  # reg, cv, rank_rtol before any kernel is computed
+        self.device_ = device = self._resolve_device()
+        self._log("fit: %d molecules on %s; feature maps", len(molecules), device)
+        kern = recipe.molecular_kernel(device)
+        feats = recipe.environments(molecules, device)
+        if sparse is None:
+            k = kern(feats, progress=self._progress(f"fit: kernel {len(molecules)} × {len(molecules)}"))
             ntk, nngp = (t.detach().cpu().double().numpy() for t in (k.ntk, k.nngp))
-            return self.fit_kernels(molecules, y, ntk, nngp, target=target, unit=unit, provenance=provenance)
-        sparse = self._sparse_regressor(recipe)
-        sparse.check_params()  # reg, cv, rank_rtol before any kernel is computed
-        kern = recipe.molecular_kernel(self.device)
-        feats = recipe.environments(molecules, self.device)
-        base = self._fit_dressed_atoms(molecules, y)
-        rows = inducing_environments(feats, n_inducing, method=self.inducing_selection, seed=int(self.inducing_seed))
-        self._set_inducing(feats, rows)
-        K_mm = kern(self.inducing_).ntk.detach().cpu().double().numpy()
-        K_nm = kern(feats, self.inducing_).ntk.detach().cpu().double().numpy()
-        self.regressor_ = sparse.fit(K_nm, K_mm, y - base)
-        self.describe_training(molecules, target, unit, provenance)
+            self.fit_kernels(molecules, y, ntk, nngp, target=target, unit=unit, provenance=provenance)
+        else:
+            base = self._fit_dressed_atoms(molecules, y)
+            rows = inducing_environments(feats, n_inducing, method=self.inducing_selection, seed=int(self.inducing_seed))
+            self._set_inducing(feats, rows)
+            m = len(self.inducing_rows_)
+            K_mm = kern(self.inducing_, progress=self._progress(f"fit: kernel {m} × {m} inducing")).ntk.detach().cpu().double().numpy()
+            K_nm = kern(feats, self.inducing_, progress=self._progress(f"fit: kernel {len(molecules)} × {m} inducing"))
+            K_nm = K_nm.ntk.detach().cpu().double().numpy()
+            self._log("fit: sparse kernel ridge, λ by %s", self.cv if self.reg == "cv" else f"reg={self.reg}")
+            self.regressor_ = sparse.fit(K_nm, K_mm, y - base)
+            self.describe_training(molecules, target, unit, provenance)
+        self._reference_cache = (self.regressor_, self.get_params(), kern, feats if sparse is None else self.inducing_)
+        self._log("fit: done")
         return self
 
     def fit_kernels(self, X: Any, y: Any, ntk: np.ndarray, nngp: np.ndarray | None = None, *, target: str | None = None,
@@ -291,7 +363,9 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         molecules, y = self._training_data(X, y)
         if self._check_sparse() is not None:
             raise InputError("inducing", "fit_kernels fits the exact model; a sparse model computes its own kernels in fit")
+        self.device_ = self._resolve_device()  # of the predictions
         base = self._fit_dressed_atoms(molecules, y)
+        self._log("fit: kernel ridge, λ by %s", self.cv if self.reg == "cv" else f"reg={self.reg}")
         self.regressor_ = self._regressor(self.recipe()).fit(ntk, y - base, K_nngp_train=nngp)
         for name in ("inducing_", "inducing_rows_"):  # a refit in exact mode
             self.__dict__.pop(name, None)
@@ -334,27 +408,67 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         (exact mode only). Sparse mode computes only Θ(X, inducing_). A molecule with an
         element outside ``training_elements_`` (the atomic numbers present in the training
         molecules; the model knows nothing of others) is an :class:`InputError` naming it."""
-        if not hasattr(self, "regressor_"):
-            raise InputError("SO3NTKRegressor", "predict called before fit")
+        molecules, base = self._query(X, "predict")
         sparse = isinstance(self.regressor_, SparseKernelRegressor)
         if sparse and return_std:
             raise InputError("return_std", "a sparse model (inducing is set) has no NTK-GP variance; use inducing=None")
-        molecules = as_molecules(X)
-        for m in molecules:  # an element never seen in training would get a zero kernel and coefficient
-            m.check_elements(self.training_elements_, "the elements of the training molecules")
         recipe = self.recipe()
-        kern = recipe.molecular_kernel(self.device)
-        test = recipe.environments(molecules, self.device)
-        base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.dressed_atom_ is not None else 0.0
+        device = self.device_
+        self._log("predict: %d molecules on %s", len(molecules), device)
+        kern, reference = self._reference()
+        test = recipe.environments(molecules, device)
         if sparse:
-            return base + self.regressor_.predict(kern(test, self.inducing_).ntk.detach().cpu().double().numpy())
-        cross = kern(test, recipe.environments(self.train_molecules_, self.device))
+            cross = kern(test, reference, progress=self._progress(f"predict: kernel {len(molecules)} × {len(self.inducing_rows_)} inducing"))
+            return base + self.regressor_.predict(cross.ntk.detach().cpu().double().numpy())
+        cross = kern(test, reference, progress=self._progress(f"predict: kernel {len(molecules)} × {len(self.train_molecules_)}"))
         ntk, nngp = (t.detach().cpu().double().numpy() for t in (cross.ntk, cross.nngp))
         if not return_std:
             return base + self.regressor_.predict(ntk)
-        diag = np.array([float(kern(recipe.environments([m], self.device)).nngp[0, 0]) for m in molecules])  # prior k(x, x)
+        diag = np.array([float(kern(recipe.environments([m], device)).nngp[0, 0]) for m in molecules])  # prior k(x, x)
         mean, std = self.regressor_.predict(ntk, diag, return_std=True, K_nngp_test_train=nngp)
         return base + mean, std
+
+    def predict_forces(self, X: Any, return_energy: bool = False) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
+        """Forces F_a = −∂E/∂r_a on the atoms of each molecule of X: a list of (n_atoms, 3)
+        float64 arrays in the target's unit per Å (meV/Å for QM9 energies), by autograd
+        through the feature maps, the kernel and the linear prediction (exact and sparse
+        mode; :mod:`molntk.models.forces` gives the formula). With ``return_energy`` also the
+        energies (n,) of the same pass, equal to :meth:`predict` up to rounding. The model
+        must have one target, which must be an energy for F to be a force."""
+        molecules, base = self._query(X, "predict_forces")
+        if self.pairing == "atom-index":
+            raise InputError("pairing", "'atom-index' (the reference comparison's padded layout) has no forces; use 'element' or 'shared'")
+        expansion = kernel_expansion(*self._reference(), self.regressor_.fitted_arrays())
+        energies, forces = energies_and_forces(expansion, molecules)
+        return (base + energies, forces) if return_energy else forces
+
+    def _query(self, X: Any, caller: str) -> tuple[list[Molecule], np.ndarray | float]:
+        """The molecules of X and their dressed-atom energies (0 without ``residual``).
+        A molecule with an element outside ``training_elements_`` (the model knows nothing
+        of others: zero kernel and coefficient) is an :class:`InputError` naming it."""
+        if not hasattr(self, "regressor_"):
+            raise InputError("SO3NTKRegressor", f"{caller} called before fit")
+        molecules = as_molecules(X)
+        for m in molecules:
+            m.check_elements(self.training_elements_, "the elements of the training molecules")
+        base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.dressed_atom_ is not None else 0.0
+        return molecules, base
+
+    def _reference(self) -> tuple[SO3MolecularKernel, EnvironmentBatch]:
+        """The molecular kernel and the reference side of every prediction: the feature maps of
+        the training molecules (exact mode) or the inducing environments (sparse mode). Built
+        on first use and kept with the regressor and the parameters it was built for, so that
+        ``fit``, ``load`` and ``set_params`` make it anew."""
+        cached = self.__dict__.get("_reference_cache")
+        params = self.get_params()
+        if cached is not None and cached[0] is self.regressor_ and cached[1] == params:
+            return cached[2], cached[3]
+        recipe = self.recipe()
+        kern = recipe.molecular_kernel(self.device_)
+        sparse = isinstance(self.regressor_, SparseKernelRegressor)
+        reference = self.inducing_ if sparse else recipe.environments(self.train_molecules_, self.device_)
+        self._reference_cache = (self.regressor_, params, kern, reference)
+        return kern, reference
 
     # -- files ---------------------------------------------------------------------------
 
@@ -409,6 +523,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         params["elements"] = tuple(params["elements"])
         params.setdefault("sampling", "gauss-legendre")  # files from before the sampling parameter
         model = cls(**params)
+        model.device_ = model._resolve_device()  # "auto" resolves on the machine that loads the file
         ends = np.cumsum(arrays["n_atoms"])
         model.train_molecules_ = [
             Molecule(arrays["numbers"][e - n : e], arrays["positions"][e - n : e], id=mol_id)
@@ -434,7 +549,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             model.regressor_ = model._regressor(recipe).load_fitted_arrays(state)
         else:
             model._check_sparse()
-            feats = recipe.environments(model.train_molecules_, model.device)  # deterministic: the rows index them as at fit
+            feats = recipe.environments(model.train_molecules_, model.device_)  # deterministic: the rows index them as at fit
             rows = arrays["inducing_rows"]
             if rows.ndim != 1 or rows.size == 0 or rows.min() < 0 or rows.max() >= feats.n_env:
                 raise ModelFileError(str(path), f"inducing_rows do not index the {feats.n_env} training environments")

@@ -271,3 +271,18 @@ def test_cuda_matches_cpu(dtype: torch.dtype) -> None:
     torch.testing.assert_close(gpu.coeffs.cpu(), cpu.coeffs, rtol=0, atol=tol * cpu.coeffs.abs().max().item())
     padded = padded_features(mols, GAUSS, dtype=dtype, device="cuda")
     assert padded.coeffs.device.type == "cuda"
+
+
+def test_coefficients_are_differentiable_in_given_positions() -> None:
+    """``positions`` (a tensor) replaces the molecules' positions: the same coefficients, and
+    autograd's gradient with respect to it passes gradcheck (central differences, float64)
+    for a molecule with a neighbour inside and one outside the cutoff. A wrong shape is an error."""
+    cfg = FeatureConfig(band_limit=3, smearing_width=0.4, radial=GaussianBasis(n=3, r_cut=3.0))
+    mol = Molecule(np.array([6, 1, 8, 1]), np.array([[0.0, 0.0, 0.0], [1.1, 0.2, -0.1], [-0.3, 1.3, 0.4], [6.0, 0.0, 0.0]]))
+    positions = torch.tensor(mol.positions, requires_grad=True)
+    direct = environment_features([mol], cfg)
+    given = environment_features([mol], cfg, positions=positions)
+    torch.testing.assert_close(given.coeffs.detach(), direct.coeffs, rtol=0, atol=0)
+    assert torch.autograd.gradcheck(lambda p: environment_features([mol], cfg, positions=p).coeffs, (positions,))
+    with pytest.raises(ValueError, match=r"positions must have shape \(4, 3\)"):
+        environment_features([mol], cfg, positions=positions[:3])

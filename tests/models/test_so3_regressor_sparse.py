@@ -63,8 +63,8 @@ def test_all_environments_inducing_reproduces_the_exact_model(data):
     diff = np.abs(sparse.predict(test) - exact.predict(test)).max()
 
     recipe = exact.recipe()
-    kern = recipe.molecular_kernel(exact.device)
-    feats, test_feats = recipe.environments(train, exact.device), recipe.environments(test, exact.device)
+    kern = recipe.molecular_kernel(exact.device_)
+    feats, test_feats = recipe.environments(train, exact.device_), recipe.environments(test, exact.device_)
     envs = environments_as_molecules(feats, torch.arange(feats.n_env))
     theta, theta_t = _ntk(kern(feats)), _ntk(kern(test_feats, feats))
     k_mm, k_nm, k_tm = _ntk(kern(envs)), _ntk(kern(feats, envs)), _ntk(kern(test_feats, envs))

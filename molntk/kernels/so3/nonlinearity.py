@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from molntk.kernels.activations import get_activation
+from molntk.kernels.activations import get_activation, recording
 from molntk.kernels.pooled_activations import pooled_dual
 from molntk.kernels.result import PooledKernel
 from molntk.kernels.so3.context import Discretisation
@@ -36,9 +36,11 @@ class Nonlinearity:
     def rule(
         self, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, ctx: Discretisation
     ) -> tuple[Tensor, Tensor | None]:
-        """K' = F(K; var1, var2), Θ' = Θ · Ḟ(K; var1, var2) (Ḟ updated in place)."""
-        nngp, fdot = get_activation(self.name).dual(nngp, var1, var2)
-        return nngp, None if ntk is None else fdot.mul_(ntk)
+        """K' = F(K; var1, var2), Θ' = Θ · Ḟ(K; var1, var2) (Ḟ updated in place unless autograd records)."""
+        new_nngp, fdot = get_activation(self.name).dual(nngp, var1, var2)
+        if ntk is None:
+            return new_nngp, None
+        return new_nngp, fdot * ntk if recording(nngp, ntk, var1, var2) else fdot.mul_(ntk)
 
     def pool_rule(
         self, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, ctx: Discretisation

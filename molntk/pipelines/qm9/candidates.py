@@ -21,6 +21,7 @@ from molntk.molecular import MolecularKernel
 from molntk.molecular.baselines import MLPNTK, AugmentedMLPNTK, BagOfBonds, CoulombMatrix, DScribeSOAPKernel, FCHL19Kernel
 from molntk.molecular.baselines import LaplacianKernel, MLPArchitecture, PowerSpectrumKernel, RotationSet, median_l1_width
 from molntk.pipelines.qm9.config import QM9PropertyConfig, SO3Candidate
+from molntk.pipelines.qm9.sets import Composition
 from molntk.scale.devices import resolve_device
 
 
@@ -48,10 +49,12 @@ def dtype_and_device(config: QM9PropertyConfig) -> tuple[torch.dtype, str]:
     return dtype, str(resolve_device(config.kernel.device, "kernel.device"))
 
 
-def so3_recipe(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str) -> SO3ModelRecipe:
+def so3_recipe(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str,
+               elements: Sequence[int] | None = None) -> SO3ModelRecipe:
     """The SO(3) model of one candidate under the run's ``features``, ``kernel`` and
-    ``regression`` sections (a candidate's ``smearing_width`` replaces the feature maps')."""
-    features = config.features.feature_config()
+    ``regression`` sections (a candidate's ``smearing_width`` replaces the feature maps');
+    ``elements``: its element set (None: the feature maps' default, QM9's)."""
+    features = config.features.feature_config(elements)
     if candidate.smearing_width is not None:
         features = dataclasses.replace(features, smearing_width=candidate.smearing_width)
     kernel = config.kernel
@@ -62,12 +65,13 @@ def so3_recipe(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str) 
     )
 
 
-def so3_candidates(config: QM9PropertyConfig, reduce: str) -> list[Candidate]:
-    """The SO(3) NTK's candidates (``models.so3_ntk``, which must not be null) under the config, reduced by ``reduce``."""
+def so3_candidates(config: QM9PropertyConfig, reduce: str, elements: Sequence[int] | None = None) -> list[Candidate]:
+    """The SO(3) NTK's candidates (``models.so3_ntk``, which must not be null) under the
+    config, reduced by ``reduce``, for the element set ``elements`` (None: QM9's)."""
     _, device = dtype_and_device(config)
     out = []
     for c in config.models.so3_ntk.candidates:
-        recipe = so3_recipe(config, c, reduce)
+        recipe = so3_recipe(config, c, reduce, elements)
         label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
         if c.smearing_width is not None:
             label += f", smearing {c.smearing_width:g} rad"
@@ -75,15 +79,18 @@ def so3_candidates(config: QM9PropertyConfig, reduce: str) -> list[Candidate]:
     return out
 
 
-def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence[Molecule]) -> dict[str, list[Candidate]]:
+def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence[Molecule],
+                     composition: Composition = Composition()) -> dict[str, list[Candidate]]:
     """Model name → its hyperparameter candidates; Laplacian widths scale with the median
-    distance among ``reference`` (training molecules)."""
+    distance among ``reference`` (training molecules); every model accepts the elements of
+    ``composition`` and the Coulomb matrix and Bag of Bonds pad to its molecule sizes."""
     models, kernel = config.models, config.kernel
-    features = config.features.feature_config()
+    elements = composition.elements
+    features = config.features.feature_config(elements)
     pairing = "element" if kernel.pairing == "atom-index" else kernel.pairing  # the baselines'
     out: dict[str, list[Candidate]] = {}
     if models.so3_ntk is not None:
-        out["so3-ntk"] = so3_candidates(config, reduce)
+        out["so3-ntk"] = so3_candidates(config, reduce, elements)
     mlp_like = (("mlp-ntk", models.mlp_ntk), ("augmented-mlp-ntk", models.augmented_mlp_ntk))
     for name, section in mlp_like:
         if section is None:
@@ -109,15 +116,17 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
         soap = models.soap
         out["soap-dscribe"] = [
             Candidate(f"ζ={z}", {**soap.model_dump(exclude={"zetas"}), "zeta": z}, DScribeSOAPKernel(
-                r_cut=soap.r_cut, n_max=soap.n_max, l_max=soap.l_max, sigma=soap.sigma, zeta=z, pairing=pairing, reduce=reduce))
+                r_cut=soap.r_cut, n_max=soap.n_max, l_max=soap.l_max, sigma=soap.sigma, zeta=z, pairing=pairing, reduce=reduce,
+                elements=elements))
             for z in soap.zetas
         ]
     if models.fchl19 is not None:
         out["fchl19"] = [
-            Candidate(f"σ={w:g}", {"sigma": w}, FCHL19Kernel(w, pairing=pairing, reduce=reduce))
+            Candidate(f"σ={w:g}", {"sigma": w}, FCHL19Kernel(w, pairing=pairing, reduce=reduce, elements=elements))
             for w in models.fchl19.sigmas
         ]
-    globals_ = (("cm-laplacian", models.coulomb_matrix, CoulombMatrix()), ("bob-laplacian", models.bag_of_bonds, BagOfBonds()))
+    globals_ = (("cm-laplacian", models.coulomb_matrix, CoulombMatrix(n_max=composition.max_atoms)),
+                ("bob-laplacian", models.bag_of_bonds, BagOfBonds(elements, composition.max_counts)))
     for name, section, descriptor in globals_:
         if section is not None:
             median = median_l1_width(descriptor(list(reference)))

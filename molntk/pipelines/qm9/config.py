@@ -12,9 +12,10 @@ those of :class:`~molntk.models.SO3ModelRecipe`, the one set the estimator share
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from molntk.config import (
     Count,
@@ -71,6 +72,61 @@ class QM9DataConfig(Section):
         return self
 
 
+class RandomSplitConfig(Section):
+    """``kind: random``: a random ``test_fraction`` of the molecules (numpy ``seed``) is the
+    test set, the rest the training set (in random order: the training sizes are its prefixes)."""
+
+    kind: Literal["random"]
+    seed: Seed = 0
+    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+
+
+class GivenSplitConfig(Section):
+    """``kind: given``: each molecule's value of ``key`` (a CSV column, an extxyz comment-line
+    key, an SDF tag, an ASE database key) is ``train`` or ``test``; file order is kept."""
+
+    kind: Literal["given"]
+    key: Annotated[str, Field(min_length=1)]
+
+
+class FileDataConfig(Section):
+    """``source: file``: the user's labelled molecules in ``path`` (extxyz/xyz, SDF, CSV or an
+    ASE ``.db``; :func:`~molntk.data.labelled.read_labelled`). ``targets``: the value keys
+    to learn and their units (``{U0: eV, gap: eV}``; a list of names means unit ``unknown``).
+    CSV tables: ``smiles_column`` (default: a column named ``smiles``) or ``structure_column``
+    (paths relative to the table). ``id_column``: the key naming each molecule.
+    ``add_hs``: place missing hydrogens of SDF records. ``split``: random or given."""
+
+    source: Literal["file"]
+    path: UserPath
+    targets: Annotated[dict[str, str], Field(min_length=1)]
+    smiles_column: str | None = None
+    structure_column: str | None = None
+    id_column: str | None = None
+    add_hs: bool = False
+    split: Annotated[RandomSplitConfig | GivenSplitConfig, Field(discriminator="kind")] = RandomSplitConfig(kind="random")
+
+    @field_validator("targets", mode="before")
+    @classmethod
+    def _units(cls, value: Any) -> Any:
+        """A list of names, or a name without a unit, means unit ``unknown``."""
+        if isinstance(value, list):
+            return {name: "unknown" for name in value}
+        if isinstance(value, dict):
+            return {name: "unknown" if unit is None else unit for name, unit in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _table_columns(self) -> FileDataConfig:
+        """SMILES/structure columns belong to CSV tables, and only one of them."""
+        for key in ("smiles_column", "structure_column"):
+            if getattr(self, key) is not None and self.path.suffix.lower() != ".csv":
+                raise FieldError(key, f"only used with a CSV table, not {self.path.suffix or 'a file without suffix'!r}")
+        if self.smiles_column is not None and self.structure_column is not None:
+            raise FieldError("structure_column", "give smiles_column or structure_column, not both")
+        return self
+
+
 class FeatureMapsConfig(Section):
     """Environment feature maps (:class:`~molntk.features.environments.FeatureConfig`):
     band limit L, angular smearing σ (rad) and radial basis (``kind: gaussian`` with
@@ -88,9 +144,11 @@ class FeatureMapsConfig(Section):
             raise FieldError("radial", str(err)) from None
         return self
 
-    def feature_config(self) -> FeatureConfig:
-        """The :class:`~molntk.features.environments.FeatureConfig` these keys describe."""
-        return FeatureConfig.from_dict(self.model_dump())
+    def feature_config(self, elements: Sequence[int] | None = None) -> FeatureConfig:
+        """The :class:`~molntk.features.environments.FeatureConfig` these keys describe, for
+        ``elements`` (atomic numbers; None: the default, QM9's)."""
+        keys = self.model_dump() if elements is None else {**self.model_dump(), "elements": list(elements)}
+        return FeatureConfig.from_dict(keys)
 
 
 class KernelConfig(Section):
@@ -223,8 +281,9 @@ class LearningCurveConfig(Section):
 
 class QM9RegressionConfig(Section):
     """λ by ``cv`` on training data; ``residual``: learn the residual of the dressed-atom
-    model (auto: for extensive energies); ``reduce``: sum or mean over atom pairs (auto:
-    mean for intensive targets HOMO/LUMO/gap, sum otherwise). ``psd_rtol``: the relative
+    model (auto: for extensive energies, and for every target of a file); ``reduce``: sum
+    or mean over atom pairs (auto: mean for QM9's intensive targets HOMO/LUMO/gap, sum
+    otherwise; set ``mean`` for a file's intensive targets). ``psd_rtol``: the relative
     accuracy assumed of quadrature kernels (fast-mode SO(3), rotation-averaged MLP):
     train-kernel eigenvalues down to −psd_rtol × the largest are clipped to 0 (measured on
     QM9 at grid band limit 2, ReLU: kernel error ≈ 2e-4, smallest eigenvalue ≈ −1e-5 ×
@@ -320,22 +379,12 @@ class InvarianceConfig(Section):
     seed: Seed = 0
 
 
-def _known_qm9_targets(targets: list[str]) -> list[str]:
-    """Every target is a QM9 target (:data:`molntk.data.qm9.QM9_TARGETS`), none twice."""
-    for target in targets:
-        if target not in QM9_TARGETS:
-            raise ValueError(f"unknown QM9 target {target!r}" + did_you_mean(target, list(QM9_TARGETS), "targets"))
-    if len(set(targets)) != len(targets):
-        raise ValueError(f"lists a target twice: {targets}")
-    return targets
-
-
 class QM9PropertyConfig(TaskConfig):
     """``task: qm9-property``: learning curves of the SO(3) NTK and its baselines on QM9."""
 
     task: Literal["qm9-property"]
-    data: QM9DataConfig = QM9DataConfig()
-    targets: Annotated[list[str], Field(min_length=1), AfterValidator(_known_qm9_targets)] = ["u0_atom"]
+    data: Annotated[QM9DataConfig | FileDataConfig, Field(discriminator="source")] = QM9DataConfig()
+    targets: Annotated[list[str], Field(min_length=1)] = ["u0_atom"]
     learning_curve: LearningCurveConfig = LearningCurveConfig()
     features: FeatureMapsConfig = FeatureMapsConfig()
     kernel: KernelConfig = KernelConfig()
@@ -346,6 +395,38 @@ class QM9PropertyConfig(TaskConfig):
     sparse: SparseConfig | None = None
     output: UserPath | None = Field(default=None, description="output folder (default results/<name>/)")
     cache: bool = Field(default=True, description="keep kernel blocks in <output>/kernel_cache: a killed run resumes")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _file_targets_by_default(cls, raw: Any) -> Any:
+        """A ``data`` section without ``source`` is QM9 (qm9pack); with ``source: file`` and no
+        ``targets`` key, the targets are those of ``data.targets``."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
+            return raw
+        data = raw["data"]
+        if "source" not in data:
+            return {**raw, "data": {"source": "qm9pack", **data}}
+        if data["source"] == "file" and "targets" not in raw and isinstance(data.get("targets"), (dict, list)) and data["targets"]:
+            return {**raw, "targets": list(data["targets"])}
+        return raw
+
+    @field_validator("targets")
+    @classmethod
+    def _known_targets(cls, targets: list[str], info: ValidationInfo) -> list[str]:
+        """QM9 data: QM9 targets (:data:`molntk.data.qm9.QM9_TARGETS`); a file: keys of
+        ``data.targets``; none twice."""
+        if "data" not in info.data:  # the data section is invalid: its own errors say why
+            return targets
+        data = info.data["data"]
+        from_file = isinstance(data, FileDataConfig)
+        known = list(data.targets) if from_file else list(QM9_TARGETS)
+        for target in targets:
+            if target not in known:
+                what = f"target {target!r} is not in data.targets" if from_file else f"unknown QM9 target {target!r}"
+                raise ValueError(what + did_you_mean(target, known, "data.targets" if from_file else "targets"))
+        if len(set(targets)) != len(targets):
+            raise ValueError(f"lists a target twice: {targets}")
+        return targets
 
     @model_validator(mode="after")
     def _sparse_models_present(self) -> QM9PropertyConfig:

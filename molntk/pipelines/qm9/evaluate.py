@@ -24,10 +24,12 @@ from molntk.pipelines.qm9.sets import QM9Sets
 from molntk.regression import DressedAtomModel, element_counts, regression_metrics
 
 
-def dressed_atom(train: Sequence[Molecule], y_train: np.ndarray, *others: Sequence[Molecule]) -> tuple[np.ndarray, ...]:
-    """Dressed-atom predictions (fitted on ``train``) for ``train`` and each of ``others``."""
-    model = DressedAtomModel().fit(element_counts(train, QM9_ELEMENTS), y_train)
-    return tuple(model.predict(element_counts(mols, QM9_ELEMENTS)) for mols in (train, *others))
+def dressed_atom(train: Sequence[Molecule], y_train: np.ndarray, *others: Sequence[Molecule],
+                 elements: Sequence[int] = QM9_ELEMENTS) -> tuple[np.ndarray, ...]:
+    """Dressed-atom predictions (fitted on ``train``, one coefficient per element of
+    ``elements``) for ``train`` and each of ``others``."""
+    model = DressedAtomModel().fit(element_counts(train, elements), y_train)
+    return tuple(model.predict(element_counts(mols, elements)) for mols in (train, *others))
 
 
 def residual_targets(sets: QM9Sets, target: str, residual: bool, n: int) -> np.ndarray:
@@ -35,7 +37,7 @@ def residual_targets(sets: QM9Sets, target: str, residual: bool, n: int) -> np.n
     y = sets.train_targets[target][:n]
     if not residual:
         return y
-    return y - dressed_atom(sets.train_molecules[:n], y)[0]
+    return y - dressed_atom(sets.train_molecules[:n], y, elements=sets.composition.elements)[0]
 
 
 def invariance_error(pred_test: np.ndarray, pred_rot: np.ndarray, n_rotations: int) -> float | None:
@@ -60,7 +62,8 @@ def dressed_atom_records(sets: QM9Sets, targets: list[str], records: list, predi
     for target in targets:
         for n in sets.sizes:
             start = time.perf_counter()
-            _, pred = dressed_atom(sets.train_molecules[:n], sets.train_targets[target][:n], sets.test_molecules)
+            _, pred = dressed_atom(sets.train_molecules[:n], sets.train_targets[target][:n], sets.test_molecules,
+                                   elements=sets.composition.elements)
             seconds = time.perf_counter() - start
             records.append(
                 metrics_record("dressed-atom", target, n, sets.units[target], sets.test_targets[target], pred,
@@ -95,7 +98,8 @@ def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int
     y = sets.train_targets[target][:n]
     start = time.perf_counter()
     if residual:
-        base_train, base_test, base_rot = dressed_atom(sets.train_molecules[:n], y, sets.test_molecules, sets.rotated_molecules)
+        base_train, base_test, base_rot = dressed_atom(sets.train_molecules[:n], y, sets.test_molecules, sets.rotated_molecules,
+                                                       elements=sets.composition.elements)
     else:
         base_train, base_test, base_rot = np.zeros(n), np.zeros(sets.n_test), np.zeros(sets.n_rotated)
     model = fit(y - base_train)

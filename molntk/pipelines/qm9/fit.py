@@ -43,8 +43,8 @@ def models_folder(config: QM9PropertyConfig, out: str | Path | None) -> Path:
 def fit_so3_models(config: QM9PropertyConfig, source: str, out: str | Path | None = None,
                    progress: Progress | None = None) -> dict[str, Any]:
     """Fit and write the config's SO(3) model of each target (module docstring); returns
-    ``{"output", "model_files": {target: path}, "n_train", "candidates": {reduction: label},
-    "device", "dtype"}``. ConfigValidationError naming ``models.so3_ntk`` when it is null."""
+    ``{"output", "model_files": {target: path}, "n_train", "read_failures" (molecules of a
+    data file that could not be read), "candidates": {reduction: label}, "device", "dtype"}``. ConfigValidationError naming ``models.so3_ntk`` when it is null."""
     if config.models.so3_ntk is None:
         raise ConfigValidationError([ConfigProblem(source, "models.so3_ntk", "is null: there is no SO(3) model to fit")])
     folder = models_folder(config, out)
@@ -59,7 +59,7 @@ def fit_so3_models(config: QM9PropertyConfig, source: str, out: str | Path | Non
             assembler = BlockAssembler(executor, None, compute.block_molecules, compute.memory_budget_mb, None)
             for reduce, targets in targets_by_reduce(config).items():
                 residual = {t: target_settings(config, t)[1] for t in targets}
-                candidates = so3_candidates(config, reduce)
+                candidates = so3_candidates(config, reduce, sets.composition.elements)
                 y_select = np.stack([residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
                 selection = MoleculeSet(sets.train_molecules[:n_select], dtype, device)
                 best, _ = select_candidate(candidates, selection, y_select, config, assembler)
@@ -70,7 +70,7 @@ def fit_so3_models(config: QM9PropertyConfig, source: str, out: str | Path | Non
                 ntk, nngp = assembly.matrices[f"{chosen.matrix}_train"], assembly.matrices["nngp_train"]
                 for target in targets:
                     models[target] = model_from_kernels(
-                        config, source, SO3Candidate(**chosen.params), reduce, residual[target], target,
+                        config, source, SO3Candidate(**chosen.params), reduce, residual[target], sets.composition.elements, target,
                         sets.units[target], sets.train_molecules, sets.train_targets[target], ntk, nngp)
     with result_set(folder) as stage:
         files = write_models(stage, models)
@@ -78,6 +78,7 @@ def fit_so3_models(config: QM9PropertyConfig, source: str, out: str | Path | Non
         "output": str(folder),
         "model_files": {target: str(folder / Path(path).name) for target, path in files.items()},
         "n_train": n,
+        "read_failures": sets.read_failures,
         "candidates": chosen_labels,
         "device": device,
         "dtype": str(dtype).removeprefix("torch."),

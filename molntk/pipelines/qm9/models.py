@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,13 @@ from molntk.pipelines.qm9.config import QM9PropertyConfig, SO3Candidate
 MODEL_SUFFIX = ".molntk.npz"
 
 
-def so3_estimator(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str, residual: bool) -> SO3NTKRegressor:
-    """The unfitted estimator of ``candidate`` under the config (λ by the config's CV). Its
+def so3_estimator(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str, residual: bool,
+                  elements: Sequence[int] | None = None) -> SO3NTKRegressor:
+    """The unfitted estimator of ``candidate`` under the config (λ by the config's CV) for
+    the data's element set ``elements`` (None: QM9's). Its
     ``device`` is the CPU: it computes only a model file's predictions, wherever the file
     is loaded (the run's device may be a GPU the loading machine does not have)."""
-    return SO3NTKRegressor.from_recipe(so3_recipe(config, candidate, reduce), residual=residual,
+    return SO3NTKRegressor.from_recipe(so3_recipe(config, candidate, reduce, elements), residual=residual,
                                        cv=config.regression.cv, device="cpu")
 
 
@@ -42,15 +44,21 @@ def config_sha256(config: QM9PropertyConfig) -> str:
     return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode("utf-8")).hexdigest()
 
 
+def split_seed(config: QM9PropertyConfig) -> int | None:
+    """The seed of the data's split: QM9's permutation, a file's random split (None: a given split)."""
+    data = config.data
+    return getattr(data, "seed", getattr(getattr(data, "split", None), "seed", None))
+
+
 def provenance(config: QM9PropertyConfig, source: str, candidate: SO3Candidate) -> dict[str, Any]:
     """Where a model's training set comes from: the config (name, file, SHA-256), its
-    ``data`` section (source, split seed and sizes) and the candidate's network."""
+    ``data`` section (source, file or QM9 split) and split seed, and the candidate's network."""
     return {
         "config": config.name,
         "config_file": source,
         "config_sha256": config_sha256(config),
         "data": config.data.model_dump(mode="json"),
-        "split_seed": config.data.seed,
+        "split_seed": split_seed(config),
         "candidate": candidate.model_dump(mode="json"),
     }
 
@@ -61,11 +69,12 @@ def write_models(folder: Path, models: Mapping[str, SO3NTKRegressor]) -> dict[st
 
 
 def model_from_kernels(config: QM9PropertyConfig, source: str, candidate: SO3Candidate, reduce: str, residual: bool,
-                       target: str, unit: str, train: list[Molecule], y: np.ndarray, ntk: np.ndarray,
-                       nngp: np.ndarray | None) -> SO3NTKRegressor:
+                       elements: Sequence[int], target: str, unit: str, train: list[Molecule], y: np.ndarray,
+                       ntk: np.ndarray, nngp: np.ndarray | None) -> SO3NTKRegressor:
     """The run's SO(3) model of ``target``, fitted on the training kernels it computed
-    already (Θ = ``ntk``, K = ``nngp`` of the molecules ``train``, targets ``y``)."""
-    model = so3_estimator(config, candidate, reduce, residual)
+    already (Θ = ``ntk``, K = ``nngp`` of the molecules ``train``, targets ``y``), for the
+    data's element set ``elements``."""
+    model = so3_estimator(config, candidate, reduce, residual, elements)
     n = len(train)
     return model.fit_kernels(train, y, ntk[:n, :n], None if nngp is None else nngp[:n, :n], target=target, unit=unit,
                              provenance=provenance(config, source, candidate))

@@ -13,7 +13,7 @@ from molntk.models import SO3NTKRegressor
 from molntk.molecular import MoleculeSet
 from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
 from molntk.pipelines.qm9.candidates import build_candidates, dtype_and_device
-from molntk.pipelines.qm9.config import QM9PropertyConfig, SO3Candidate
+from molntk.pipelines.qm9.config import FileDataConfig, QM9PropertyConfig, SO3Candidate
 from molntk.pipelines.qm9.evaluate import dressed_atom_records, residual_targets
 from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels
 from molntk.pipelines.qm9.models import model_from_kernels
@@ -29,10 +29,13 @@ DRESSED_ATOM_TARGETS = frozenset({"u0", "u", "h", "g", "u0_atom", "u_atom", "h_a
 
 
 def target_settings(config: QM9PropertyConfig, target: str) -> tuple[str, bool]:
-    """(reduce, dressed-atom residual) for ``target`` under the config's ``auto`` rules."""
+    """(reduce, dressed-atom residual) for ``target`` under the config's ``auto`` rules: by
+    name for QM9 targets; sum and the dressed-atom residual for a file's targets (their
+    nature is unknown, and the dressed-atom model is fitted on training data only)."""
     reg = config.regression
-    reduce = reg.reduce if reg.reduce != "auto" else ("mean" if target in INTENSIVE_TARGETS else "sum")
-    residual = reg.residual == "dressed-atom" or (reg.residual == "auto" and target in DRESSED_ATOM_TARGETS)
+    qm9 = not isinstance(config.data, FileDataConfig)
+    reduce = reg.reduce if reg.reduce != "auto" else ("mean" if qm9 and target in INTENSIVE_TARGETS else "sum")
+    residual = reg.residual == "dressed-atom" or (reg.residual == "auto" and (not qm9 or target in DRESSED_ATOM_TARGETS))
     return reduce, residual
 
 
@@ -80,6 +83,8 @@ def run_qm9_property(
         "threads": threads,
         "test_targets": {t: sets.test_targets[t].tolist() for t in config.targets},
         "units": sets.units,
+        "elements": list(sets.composition.elements),
+        "read_failures": sets.read_failures,
         "models": models,
     }
 
@@ -110,7 +115,7 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
     selection = MoleculeSet(sets.train_molecules[:n_select], sets.molecules.dtype, sets.molecules.device)
     for reduce, targets in by_reduce.items():
         y_sel = np.stack([residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
-        for name, candidates in build_candidates(config, reduce, sets.train_molecules[:n_select]).items():
+        for name, candidates in build_candidates(config, reduce, sets.train_molecules[:n_select], sets.composition).items():
             best, rows = select_candidate(candidates, selection, y_sel, config, assembler)
             search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
             chosen = candidates[best]
@@ -126,7 +131,7 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
                     if saved:
                         n = exact_sizes[-1]
                         models[target] = model_from_kernels(
-                            config, source, SO3Candidate(**chosen.params), reduce, residual[target], target,
+                            config, source, SO3Candidate(**chosen.params), reduce, residual[target], sets.composition.elements, target,
                             sets.units[target], sets.train_molecules[:n], sets.train_targets[target][:n], shells.train,
                             shells.nngp_train)
                 shells.release()

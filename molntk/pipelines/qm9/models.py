@@ -33,10 +33,10 @@ def so3_estimator(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: st
                   elements: Sequence[int] | None = None) -> SO3NTKRegressor:
     """The unfitted estimator of ``candidate`` under the config (λ by the config's CV) for
     the data's element set ``elements`` (None: QM9's). Its
-    ``device`` is the CPU: it computes only a model file's predictions, wherever the file
-    is loaded (the run's device may be a GPU the loading machine does not have)."""
+    ``device`` is ``auto``: a model file predicts on the GPU of the machine that loads it,
+    if it has one (not necessarily the run's device)."""
     return SO3NTKRegressor.from_recipe(so3_recipe(config, candidate, reduce, elements), residual=residual,
-                                       cv=config.regression.cv, device="cpu")
+                                       cv=config.regression.cv, device="auto")
 
 
 def config_sha256(config: QM9PropertyConfig) -> str:

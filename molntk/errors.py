@@ -31,6 +31,17 @@ class InputError(MolntkError, ValueError):
         return f"{self.source}:{self.line}" if self.line is not None else self.source
 
 
+class ModelFileError(InputError):
+    """A model file is missing, damaged, or not a molntk model (``source`` names the file).
+
+    The command line treats it as a usage error (exit status 2): no molecule can be
+    predicted without the model."""
+
+
+class OutputError(MolntkError):
+    """A result file or folder cannot be written (not a folder, not writable); found before any work."""
+
+
 class ConfigError(MolntkError, ValueError):
     """A configuration file or override is invalid (unknown key, wrong type, impossible value)."""
 

@@ -12,19 +12,24 @@ import typer
 from typer.core import TyperGroup
 
 from molntk._version import __version__
-from molntk.cli import config_cmd, data, info, predict, run
+from molntk.cli import config_cmd, data, fit, info, predict, run
 from molntk.cli.output import print_error
-from molntk.errors import ConfigError, MolntkError
+from molntk.errors import ConfigError, MolntkError, ModelFileError, OutputError
 
-#: Exit status of a run with an invalid configuration or usage (as for typer's usage errors).
+#: Exit status of a run with an invalid usage, configuration, output folder or model file
+#: (as for typer's usage errors).
 EXIT_USAGE = 2
 #: Exit status of a run where data items or files failed.
 EXIT_FAILED = 1
+#: The exit statuses, as ``molntk --help`` and the README state them.
+EXIT_CODES = ("Exit status: 0 all good; 1 some inputs failed (each named with its reason); "
+              "2 usage, configuration, output-folder or model-file errors.")
 
 
 def exit_code(error: MolntkError) -> int:
-    """Exit status for a molntk error: 2 for configuration problems, 1 for failed data."""
-    return EXIT_USAGE if isinstance(error, ConfigError) else EXIT_FAILED
+    """Exit status for a molntk error: 2 for configuration, output-folder and model-file
+    problems (nothing can be done), 1 for failed data."""
+    return EXIT_USAGE if isinstance(error, (ConfigError, ModelFileError, OutputError)) else EXIT_FAILED
 
 
 class MolntkGroup(TyperGroup):
@@ -45,11 +50,13 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    epilog=EXIT_CODES,
 )
 app.command("info")(info.info)
 app.add_typer(data.app, name="data")
 app.add_typer(config_cmd.app, name="config")
 app.command("run")(run.run)
+app.command("fit")(fit.fit)
 app.command("predict")(predict.predict)
 
 

@@ -1,46 +1,107 @@
 """``molntk predict``: apply a saved SO(3) NTK model to the user's molecules.
 
-    molntk predict --model u0.molntk.npz --input mols.xyz more.sdf --out predictions.csv
-    molntk predict --model u0.molntk.npz --smiles CCO 'C1=CC=CN=C1' --out predictions.csv
+    molntk predict --model u0.molntk.npz --smiles CCO 'C1=CC=CN=C1'
+    molntk predict --model u0.molntk.npz --input mols.xyz table.csv --out predictions.json
+    molntk predict --model u0.molntk.npz --input ligand.sdf --add-hs --out predictions.csv
 
-Every input item is read (:func:`molntk.data.readers.read_molecules`, ``read_smiles``)
-with the elements of the model's training molecules; an item that cannot be read, or has
-an element the model never saw in training, is reported with its reason and the others
-are still predicted. The CSV (written atomically) has one row per predicted molecule:
-``id``, ``smiles``, ``source``, ``prediction`` and ``std`` (NTK-GP standard deviation);
-when no item could be predicted no file is written, so an existing one stays as it was. ``--out`` naming a folder or a place
-that cannot be written is a usage error found before the model is loaded. Exit status 0
-when every item was predicted, 1 when any failed, 2 for usage errors.
+Every input item is read (:func:`molntk.data.readers.read_molecules`, ``read_smiles``;
+``.csv`` inputs are tables of SMILES, :mod:`molntk.data.smiles_table`) with the elements of
+the model's training molecules; an item that cannot be read, or has an element the model
+never saw in training, is reported with its reason and the others are still predicted.
+The table printed (and the ``--out`` file, CSV or JSON by its suffix, written atomically)
+has one row per predicted molecule: ``id``, ``smiles``, ``source``, ``target``, ``unit``
+(from the model file), ``prediction`` and ``std`` (NTK-GP standard deviation; empty for a
+sparse model). When no item could be predicted no file is written, so an existing one
+stays as it was. ``--out`` with another suffix, naming a folder or a place that cannot be
+written is a usage error found before the model is loaded. Exit status: 0 when every item
+was predicted, 1 when any failed, 2 for usage errors and model files that cannot be used.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
 import typer
+from rich.table import Table
 
-from molntk.cli.output import print_json, print_read_result
+from molntk.cli.output import cells, print_json, print_read_result, stdout
 from molntk.data.readers import ReadResult, read_molecules, read_smiles
+from molntk.data.smiles_table import TABLE_SUFFIX, read_smiles_table
 from molntk.models.so3_ntk import SO3NTKRegressor
-from molntk.utils.files import atomic_write_text, file_write_problem
+from molntk.pipelines.files import jsonable
+from molntk.utils.files import atomic_write_json, atomic_write_text, file_write_problem
 
 #: Exit status when any input item failed.
 EXIT_ITEMS_FAILED = 1
+#: Suffixes of ``--out`` and the formats they select.
+OUT_FORMATS = {".csv": "csv", ".json": "json"}
+#: Columns of a prediction row.
+COLUMNS = ["id", "smiles", "source", "target", "unit", "prediction", "std"]
+
+
+def read_inputs(inputs: list[str], smiles: list[str], allowed: list[int], add_hs: bool) -> ReadResult:
+    """Molecules of the files (``.csv``: SMILES tables) in order, then of the SMILES strings."""
+    results = [read_smiles_table(path, allowed_elements=allowed) if Path(path).suffix.lower() == TABLE_SUFFIX
+               else read_molecules([path], add_hs=add_hs, allowed_elements=allowed) for path in inputs]
+    results.append(read_smiles(smiles, allowed_elements=allowed))
+    return ReadResult([m for r in results for m in r.molecules], [f for r in results for f in r.failures])
+
+
+def prediction_rows(regressor: SO3NTKRegressor, result: ReadResult) -> list[dict[str, Any]]:
+    """One row per molecule read (:data:`COLUMNS`); ``std`` None for a sparse model (no NTK-GP variance)."""
+    molecules = result.molecules
+    if not molecules:
+        return []
+    if regressor.inducing is None:
+        mean, std = regressor.predict(molecules, return_std=True)
+        std = std.reshape(len(molecules), -1)[:, 0]
+    else:
+        mean, std = regressor.predict(molecules), np.full(len(molecules), np.nan)
+    return [
+        {"id": m.id, "smiles": m.smiles, "source": m.source, "target": regressor.target_, "unit": regressor.unit_,
+         "prediction": float(p), "std": None if np.isnan(s) else float(s)}
+        for m, p, s in zip(molecules, mean, std)
+    ]
+
+
+def write_predictions(out: Path, rows: list[dict[str, Any]], model: Path, result: ReadResult) -> None:
+    """``out`` as CSV (the rows) or JSON (``{"model", "predictions", "failures"}``), by its suffix."""
+    if OUT_FORMATS[out.suffix.lower()] == "csv":
+        atomic_write_text(out, pd.DataFrame(rows, columns=COLUMNS).to_csv(index=False))
+    else:
+        failures = [f.to_dict() for f in result.failures]
+        atomic_write_json(out, jsonable({"model": str(model), "predictions": rows, "failures": failures}))
+
+
+def print_predictions(rows: list[dict[str, Any]]) -> None:
+    """The prediction rows as a table on stdout."""
+    table = Table(title="Predictions")
+    for column in ("id", "SMILES", "target", "unit", "prediction", "std"):
+        table.add_column(column, justify="right" if column in ("prediction", "std") else "left")
+    for row in rows:
+        std = "-" if row["std"] is None else f"{row['std']:.4g}"
+        table.add_row(*cells(row["id"], row["smiles"] or "-", row["target"] or "-", row["unit"] or "-",
+                             f"{row['prediction']:.6g}", std))
+    stdout().print(table)
 
 
 def predict(
-    model: Annotated[Path, typer.Option("--model", help="Model file written by SO3NTKRegressor.save.")],
-    out: Annotated[Path, typer.Option("--out", help="CSV file to write the predictions to.")],
+    model: Annotated[Path, typer.Option("--model", help="Model file (molntk fit, molntk run's models/, SO3NTKRegressor.save).")],
     inputs: Annotated[
         list[str] | None,
-        typer.Option("--input", help="Molecule file: .xyz, .extxyz, .sdf, .mol, .smi (repeatable).", show_default=False),
+        typer.Option("--input", help="Molecule file: .xyz, .extxyz, .sdf, .mol, .smi, or .csv with a 'smiles' column (repeatable).",
+                     show_default=False),
     ] = None,
     smiles: Annotated[
         list[str] | None, typer.Option("--smiles", help="A SMILES string (repeatable).", show_default=False)
     ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the predictions to this .csv or .json file.", show_default=False)
+    ] = None,
+    add_hs: Annotated[bool, typer.Option("--add-hs", help="Add missing hydrogens (with coordinates) to SDF/MOL records.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")] = False,
     more: Annotated[
         list[str] | None,
@@ -50,42 +111,39 @@ def predict(
     """Predict a property of molecules with a saved model; failed items are named with their reason.
 
     ``--input a.xyz b.sdf`` and ``--smiles CCO CCN`` take several values (or repeat the flag).
+    Exit status 0 when every item was predicted, 1 when any failed, 2 for usage errors and
+    model files that cannot be used.
     """
     if not inputs and not smiles:
         raise typer.BadParameter("give at least one --input FILE or --smiles", param_hint="--input")
+    inputs, smiles = list(inputs or ()), list(smiles or ())
     if more:
         if inputs and smiles:
             raise typer.BadParameter(
                 f"with both --input and --smiles, repeat the flag for each item ({more[0]!r} is ambiguous)", param_hint="--smiles"
             )
         inputs, smiles = (inputs + more, smiles) if inputs else (inputs, smiles + more)
-    problem = file_write_problem(out)
-    if problem:
-        raise typer.BadParameter(f"{out} {problem}", param_hint="--out")
+    if out is not None:
+        problem = file_write_problem(out)
+        if problem is None and out.suffix.lower() not in OUT_FORMATS:
+            problem = f"has suffix {out.suffix or '(none)'!r}; use .csv or .json"
+        if problem:
+            raise typer.BadParameter(f"{out} {problem}", param_hint="--out")
     regressor = SO3NTKRegressor.load(model)
-    allowed = list(regressor.training_elements_)  # elements the model has seen in training
-    from_files = read_molecules(inputs or (), allowed_elements=allowed)
-    from_smiles = read_smiles(smiles or (), allowed_elements=allowed)
-    result = ReadResult(from_files.molecules + from_smiles.molecules, from_files.failures + from_smiles.failures)
-    rows = []
-    if result.molecules:
-        if regressor.inducing is None:
-            mean, std = regressor.predict(result.molecules, return_std=True)
-            std = std.reshape(len(result.molecules), -1)[:, 0]
-        else:  # a sparse model has no NTK-GP variance: the std column stays empty
-            mean, std = regressor.predict(result.molecules), np.full(len(result.molecules), np.nan)
-        rows = [
-            {"id": m.id, "smiles": m.smiles, "source": m.source, "prediction": float(p), "std": None if np.isnan(s) else float(s)}
-            for m, p, s in zip(result.molecules, mean, std)
-        ]
-    if rows:  # with no prediction an existing file is left as it was
-        frame = pd.DataFrame(rows, columns=["id", "smiles", "source", "prediction", "std"])
-        atomic_write_text(out, frame.to_csv(index=False))
-    document = result.to_dict() | {"predictions": rows, "out": str(out) if rows else None}
+    result = read_inputs(inputs, smiles, list(regressor.training_elements_), add_hs)
+    rows = prediction_rows(regressor, result)
+    written = out is not None and bool(rows)  # with no prediction an existing file is left as it was
+    if written:
+        write_predictions(out, rows, model, result)
     if as_json:
-        print_json(document)
+        print_json(result.to_dict() | {"target": regressor.target_, "unit": regressor.unit_, "predictions": rows,
+                                       "out": str(out) if written else None})
     else:
-        print_read_result(result.to_dict())
-        typer.echo(f"{len(rows)} prediction(s) written to {out}" if rows else f"no predictions: {out} not written")
+        if result.failures:
+            print_read_result(ReadResult([], result.failures).to_dict() | {"n_molecules": len(result.molecules)})
+        if rows:
+            print_predictions(rows)
+        if out is not None:
+            typer.echo(f"{len(rows)} prediction(s) written to {out}" if written else f"no predictions: {out} not written")
     if not result.ok:
         raise typer.Exit(EXIT_ITEMS_FAILED)

@@ -39,7 +39,7 @@ def show_image_classification(config: ImageClassificationConfig, result: dict[st
 
 def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None:
     """Rich tables of a ``qm9-property`` result: per target, every model × n_train; then the
-    hyperparameter choices; then where the report is."""
+    hyperparameter choices; then where the report and the saved models are."""
     for target in config.targets:
         records = [r for r in result["records"] if r["target"] == target]
         unit = result["units"][target]
@@ -59,6 +59,8 @@ def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None
         for message in failures:
             print(f"  {message}")
     print(f"report: {result['output']}/report.json")
+    for target, path in result["model_files"].items():
+        print(f"model ({target}): {path}")
 
 
 #: Task name → how its result is printed; every task of :data:`molntk.pipelines.tasks.TASKS` has one.

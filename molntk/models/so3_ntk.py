@@ -38,12 +38,14 @@ e.g. ``logging.basicConfig(level=logging.INFO)``).
 
 Model files (``save``/``load``) are one ``.npz`` archive of plain arrays read with
 ``allow_pickle=False`` (no code is ever unpickled): the format name and version, the
-estimator's parameters as JSON, the training molecules, and the fitted regression state
+estimator's parameters, the target's name and unit, the training elements and the
+training set's provenance as JSON metadata, the training molecules, and the fitted regression state
 (``regressor_*`` arrays). Sparse models (version 1 still; absent arrays mean an exact model)
 add ``inducing_rows`` (int64, rows of the inducing environments in the training molecules'
 environment features, which ``load`` recomputes) and store the sparse regressor's state
 (``regressor_solver = "sparse"``, W_S, target scaling, λ, rank). Files without the newer
-parameters (``sampling``, ``inducing``, …) load with the values they were fitted with.
+parameters (``sampling``, ``inducing``, …) load with the values they were fitted with, files
+without target, unit or provenance with None, None and {}.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ import os
 import time
 import zipfile
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +71,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from molntk._version import __version__
 from molntk.data.molecule import Molecule
 from molntk.data.readers import SUFFIXES, ReadResult, read_molecules, read_smiles
-from molntk.errors import InputError
+from molntk.errors import InputError, ModelFileError
 from molntk.features.environments import EnvironmentBatch, FeatureConfig
 from molntk.features.inducing import SELECTIONS, environments_as_molecules, inducing_environments
 from molntk.features.radial import radial_basis_from_dict
@@ -131,32 +134,55 @@ def present_elements(numbers: np.ndarray) -> tuple[int, ...]:
     return tuple(int(z) for z in np.unique(numbers))
 
 
+#: How files that hold pickled objects begin: a pickle (protocol ≥ 2), a ``.npy`` of objects.
+PICKLED_MAGIC = (b"\x80", b"\x93NUMPY")
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    """Whether the file at ``path`` begins with ``magic``."""
+    with open(path, "rb") as fh:
+        return fh.read(len(magic)) == magic
+
+
+def _optional_text(meta: dict[str, Any], key: str) -> str | None:
+    """``meta[key]``: a string, or None when absent (files from before it was written)."""
+    value = meta.get(key)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"metadata {key!r} is a {type(value).__name__}, not a string")
+    return value
+
+
 def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The arrays and the JSON metadata of a model file (``numpy.savez``, no pickles);
     :class:`InputError` naming ``path`` when it is not such a file."""
     try:
         loaded = np.load(path, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise InputError(str(path), "not a molntk model file (a single numpy array, not a model archive)")
+            raise ModelFileError(str(path), "not a molntk model file (a single numpy array, not a model archive)")
         with loaded as archive:
             arrays = {key: archive[key] for key in archive.files}
-    except InputError:
+    except ModelFileError:
         raise
     except FileNotFoundError:
-        raise InputError(str(path), "file not found") from None
+        raise ModelFileError(str(path), "file not found") from None
     except EOFError:
-        raise InputError(str(path), "not a molntk model file (the file is empty)") from None
+        raise ModelFileError(str(path), "not a molntk model file (the file is empty)") from None
     except (OSError, ValueError, zipfile.BadZipFile) as err:
-        reason = "it holds pickled objects, which model files never do" if "allow_pickle" in str(err) else str(err)
-        raise InputError(str(path), f"not a molntk model file ({reason})") from None
+        if "allow_pickle" not in str(err):  # numpy's advice comes for every file that is no archive
+            reason = str(err)
+        elif any(_starts_with(path, magic) for magic in PICKLED_MAGIC):
+            reason = "it holds pickled objects, which model files never do"
+        else:
+            reason = "not a .npz archive"
+        raise ModelFileError(str(path), f"not a molntk model file ({reason})") from None
     if "metadata" not in arrays:
-        raise InputError(str(path), "not a molntk model file (no metadata)")
+        raise ModelFileError(str(path), "not a molntk model file (no metadata)")
     try:
         meta = json.loads(arrays.pop("metadata").tobytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(str(path), f"damaged model file (metadata is not JSON: {err})") from None
+        raise ModelFileError(str(path), f"damaged model file (metadata is not JSON: {err})") from None
     if not isinstance(meta, dict):
-        raise InputError(str(path), "damaged model file (metadata is not a JSON object)")
+        raise ModelFileError(str(path), "damaged model file (metadata is not a JSON object)")
     return arrays, meta
 
 
@@ -185,7 +211,9 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     Fitted attributes: ``device_`` (the resolved device), ``regressor_`` (:class:`~molntk.regression.KernelRegressor`, or
     :class:`~molntk.regression.sparse.SparseKernelRegressor` in sparse mode, with fitted
     ``n_inducing_`` and ``rank_``), ``dressed_atom_``, ``train_molecules_``,
-    ``training_elements_`` (atomic numbers present in them, ascending); sparse mode
+    ``training_elements_`` (atomic numbers present in them, ascending), ``target_`` and
+    ``unit_`` (the target's name and unit, or None), ``provenance_`` (a JSON-ready dict:
+    ``n_train``, ``molntk`` version, ``created`` and what ``fit`` was given); sparse mode
     also ``inducing_rows_`` (int64) and ``inducing_`` (the inducing environments, an
     :class:`~molntk.features.environments.EnvironmentBatch` of one-environment molecules).
 
@@ -219,6 +247,16 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     inducing_seed: int = 0
     rank_rtol: float = DEFAULTS.rank_rtol
     verbose: bool = False
+
+    @classmethod
+    def from_recipe(cls, recipe: SO3ModelRecipe, **params: Any) -> SO3NTKRegressor:
+        """The estimator of ``recipe`` (network, feature maps, kernel engine, psd_rtol,
+        rank_rtol: ``recipe()`` gives it back); ``params`` sets the others (``residual``,
+        ``reg``, ``cv``, ``device``, …)."""
+        features = recipe.features.to_dict()
+        return cls(**{name: getattr(recipe, name) for name in RECIPE_PARAMS}, elements=tuple(features["elements"]),
+                   band_limit=features["band_limit"], smearing_width=features["smearing_width"],
+                   radial=features["radial"], **params)
 
     # -- pieces built from the parameters ------------------------------------------------
 
@@ -282,14 +320,12 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
 
     # -- scikit-learn interface ----------------------------------------------------------
 
-    def fit(self, X: Any, y: Any) -> SO3NTKRegressor:
-        """Fit on molecules X and targets y ((n,) or (n, k))."""
-        molecules = as_molecules(X)
-        y = np.asarray(y, dtype=np.float64)
-        if y.shape[0] != len(molecules):
-            raise InputError("y", f"has {y.shape[0]} rows for {len(molecules)} molecules")
-        for m in molecules:
-            m.check_elements(self.elements)
+    def fit(self, X: Any, y: Any, *, target: str | None = None, unit: str | None = None,
+            provenance: dict[str, Any] | None = None) -> SO3NTKRegressor:
+        """Fit on molecules X and targets y ((n,) or (n, k)). ``target`` (its name), ``unit``
+        and ``provenance`` (JSON-ready facts about the training set) are kept with the model
+        (:meth:`describe_training`)."""
+        molecules, y = self._training_data(X, y)
         n_inducing = self._check_sparse()
         recipe = self.recipe()
         sparse = None if n_inducing is None else self._sparse_regressor(recipe)
@@ -299,16 +335,12 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         self._log("fit: %d molecules on %s; feature maps", len(molecules), device)
         kern = recipe.molecular_kernel(device)
         feats = recipe.environments(molecules, device)
-        self.dressed_atom_ = DressedAtomModel().fit(element_counts(molecules, self.elements), y) if self.residual else None
-        base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.residual else 0.0
         if sparse is None:
             k = kern(feats, progress=self._progress(f"fit: kernel {len(molecules)} × {len(molecules)}"))
             ntk, nngp = (t.detach().cpu().double().numpy() for t in (k.ntk, k.nngp))
-            self._log("fit: kernel ridge, λ by %s", self.cv if self.reg == "cv" else f"reg={self.reg}")
-            self.regressor_ = self._regressor(recipe).fit(ntk, y - base, K_nngp_train=nngp)
-            for name in ("inducing_", "inducing_rows_"):  # a refit in exact mode
-                self.__dict__.pop(name, None)
+            self.fit_kernels(molecules, y, ntk, nngp, target=target, unit=unit, provenance=provenance)
         else:
+            base = self._fit_dressed_atoms(molecules, y)
             rows = inducing_environments(feats, n_inducing, method=self.inducing_selection, seed=int(self.inducing_seed))
             self._set_inducing(feats, rows)
             m = len(self.inducing_rows_)
@@ -317,12 +349,59 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             K_nm = K_nm.ntk.detach().cpu().double().numpy()
             self._log("fit: sparse kernel ridge, λ by %s", self.cv if self.reg == "cv" else f"reg={self.reg}")
             self.regressor_ = sparse.fit(K_nm, K_mm, y - base)
+            self.describe_training(molecules, target, unit, provenance)
         self._reference_cache = (self.regressor_, self.get_params(), kern, feats if sparse is None else self.inducing_)
-        self.train_molecules_ = molecules
-        self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
-        self.n_features_in_ = 1
         self._log("fit: done")
         return self
+
+    def fit_kernels(self, X: Any, y: Any, ntk: np.ndarray, nngp: np.ndarray | None = None, *, target: str | None = None,
+                    unit: str | None = None, provenance: dict[str, Any] | None = None) -> SO3NTKRegressor:
+        """The exact model's ``fit`` on training kernels computed elsewhere (a pipeline's
+        cached blocks): ``ntk`` = Θ(X, X) and ``nngp`` = K(X, X), (n, n), of this model's
+        kernel (``self.recipe().molecular_kernel()``). Without ``nngp`` the model has no
+        NTK-GP standard deviation. Same result as ``fit`` (which computes both and calls this)."""
+        molecules, y = self._training_data(X, y)
+        if self._check_sparse() is not None:
+            raise InputError("inducing", "fit_kernels fits the exact model; a sparse model computes its own kernels in fit")
+        self.device_ = self._resolve_device()  # of the predictions
+        base = self._fit_dressed_atoms(molecules, y)
+        self._log("fit: kernel ridge, λ by %s", self.cv if self.reg == "cv" else f"reg={self.reg}")
+        self.regressor_ = self._regressor(self.recipe()).fit(ntk, y - base, K_nngp_train=nngp)
+        for name in ("inducing_", "inducing_rows_"):  # a refit in exact mode
+            self.__dict__.pop(name, None)
+        self.describe_training(molecules, target, unit, provenance)
+        return self
+
+    def _training_data(self, X: Any, y: Any) -> tuple[list[Molecule], np.ndarray]:
+        """X as molecules (each within ``elements``) and y as float64 with one row per molecule."""
+        molecules = as_molecules(X)
+        y = np.asarray(y, dtype=np.float64)
+        if y.shape[0] != len(molecules):
+            raise InputError("y", f"has {y.shape[0]} rows for {len(molecules)} molecules")
+        for m in molecules:
+            m.check_elements(self.elements)
+        return molecules, y
+
+    def _fit_dressed_atoms(self, molecules: list[Molecule], y: np.ndarray) -> np.ndarray | float:
+        """``dressed_atom_`` (None unless ``residual``) and its fit of y, which the kernel model learns the residual of."""
+        if not self.residual:
+            self.dressed_atom_ = None
+            return 0.0
+        counts = element_counts(molecules, self.elements)
+        self.dressed_atom_ = DressedAtomModel().fit(counts, y)
+        return self.dressed_atom_.predict(counts)
+
+    def describe_training(self, molecules: list[Molecule], target: str | None = None, unit: str | None = None,
+                          provenance: dict[str, Any] | None = None) -> None:
+        """The fitted attributes that describe the training set: ``train_molecules_``,
+        ``training_elements_``, ``target_``, ``unit_`` and ``provenance_`` (``n_train``, the
+        molntk ``version`` and ``created`` (UTC), updated by ``provenance``)."""
+        self.train_molecules_ = molecules
+        self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
+        self.target_, self.unit_ = target, unit
+        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.provenance_ = {"n_train": len(molecules), "molntk": __version__, "created": created, **(provenance or {})}
+        self.n_features_in_ = 1
 
     def predict(self, X: Any, return_std: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Predictions for molecules X; with ``return_std`` also the NTK-GP standard deviation
@@ -399,7 +478,8 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             raise InputError("SO3NTKRegressor", "save called before fit")
         mols = self.train_molecules_
         meta = {"format": FORMAT, "version": FORMAT_VERSION, "molntk": __version__, "params": self.get_params(),
-                "ids": [m.id for m in mols]}
+                "ids": [m.id for m in mols], "target": self.target_, "unit": self.unit_,
+                "training_elements": list(self.training_elements_), "provenance": self.provenance_}
         arrays = {f"regressor_{k}": v for k, v in self.regressor_.fitted_arrays().items()}
         if isinstance(self.regressor_, SparseKernelRegressor):
             arrays["inducing_rows"] = np.asarray(self.inducing_rows_, dtype=np.int64)
@@ -423,16 +503,18 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         path = Path(path)
         arrays, meta = read_model_archive(path)
         if meta.get("format") != FORMAT:
-            raise InputError(str(path), f"not a molntk SO(3) NTK model (format {meta.get('format')!r})")
+            raise ModelFileError(str(path), f"not a molntk SO(3) NTK model (format {meta.get('format')!r})")
         if meta.get("version") != FORMAT_VERSION:
-            raise InputError(str(path), f"model format version {meta.get('version')} is not supported (expected {FORMAT_VERSION})")
+            raise ModelFileError(str(path), f"model format version {meta.get('version')} is not supported (expected {FORMAT_VERSION})")
         try:
             return cls._from_archive(path, arrays, meta)
-        except InputError:
+        except ModelFileError:
             raise
+        except InputError as err:  # a parameter of the file that the estimator rejects
+            raise ModelFileError(str(path), f"damaged model file ({err})") from None
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
             missing = f"missing {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
-            raise InputError(str(path), f"damaged model file ({missing})") from None
+            raise ModelFileError(str(path), f"damaged model file ({missing})") from None
 
     @classmethod
     def _from_archive(cls, path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> SO3NTKRegressor:
@@ -448,6 +530,10 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             for e, n, mol_id in zip(ends, arrays["n_atoms"], meta["ids"])
         ]
         model.training_elements_ = present_elements(arrays["numbers"])
+        model.target_, model.unit_ = _optional_text(meta, "target"), _optional_text(meta, "unit")
+        model.provenance_ = meta.get("provenance") or {}  # files from before provenance: none
+        if not isinstance(model.provenance_, dict):
+            raise ModelFileError(str(path), f"damaged model file (provenance is a {type(model.provenance_).__name__}, not a JSON object)")
         model.dressed_atom_ = None
         if "dressed_atom_coef" in arrays:
             model.dressed_atom_ = DressedAtomModel()
@@ -456,7 +542,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         state = {k.removeprefix("regressor_"): v for k, v in arrays.items() if k.startswith("regressor_")}
         sparse = str(state.get("solver", "")) == "sparse"
         if sparse != (model.inducing is not None) or sparse != ("inducing_rows" in arrays):
-            raise InputError(str(path), f"inconsistent model file: inducing={model.inducing!r} but "
+            raise ModelFileError(str(path), f"inconsistent model file: inducing={model.inducing!r} but "
                              f"{'a sparse' if sparse else 'an exact'} regression state")
         recipe = model.recipe()
         if not sparse:
@@ -466,11 +552,11 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             feats = recipe.environments(model.train_molecules_, model.device_)  # deterministic: the rows index them as at fit
             rows = arrays["inducing_rows"]
             if rows.ndim != 1 or rows.size == 0 or rows.min() < 0 or rows.max() >= feats.n_env:
-                raise InputError(str(path), f"inducing_rows do not index the {feats.n_env} training environments")
+                raise ModelFileError(str(path), f"inducing_rows do not index the {feats.n_env} training environments")
             model._set_inducing(feats, rows)
             model.regressor_ = model._sparse_regressor(recipe).load_fitted_arrays(state)
             if model.regressor_.n_inducing_ != rows.size:
-                raise InputError(str(path), f"{rows.size} inducing rows for {model.regressor_.n_inducing_} inducing weights")
+                raise ModelFileError(str(path), f"{rows.size} inducing rows for {model.regressor_.n_inducing_} inducing weights")
         model.n_features_in_ = 1
         return model
 

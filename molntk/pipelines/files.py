@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ import torch
 import yaml
 
 from molntk._version import __version__
-from molntk.utils.files import atomic_path, atomic_write_json, atomic_write_text
+from molntk.errors import OutputError
+from molntk.utils.files import atomic_path, atomic_write_json, atomic_write_text, folder_write_problem, staged_folder
 
 #: Folder under which ``output_dir`` puts one folder per configuration name.
 RESULTS_ROOT = Path("results")
@@ -41,17 +43,38 @@ LINESTYLES = ("-", "--", "-.", ":")
 
 
 def output_dir(config_name: str, out: str | Path | None) -> Path:
-    """The folder a run writes to: ``out`` if given, else ``results/<config_name>/`` (created)."""
+    """The folder a run writes to: ``out`` if given, else ``results/<config_name>/``,
+    created and checked writable (with its parent, where :func:`result_set` stages the
+    files) before any work: :class:`~molntk.errors.OutputError` naming it otherwise."""
     if out is None:
         if not config_name or "/" in config_name or "\\" in config_name:
             raise ValueError(f"config name {config_name!r} cannot name a results folder")
         folder = RESULTS_ROOT / config_name
     else:
         folder = Path(out).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"output {str(folder)!r} exists and is not a folder")
-    folder.mkdir(parents=True, exist_ok=True)
+    problem = folder_write_problem(folder)
+    if problem is None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            problem = f"cannot be created ({err.strerror or err})"
+    if problem is not None:
+        raise OutputError(f"output folder {str(folder)!r}: {problem}")
     return folder
+
+
+@contextmanager
+def result_set(folder: Path) -> Iterator[Path]:
+    """A staging folder for a run's result files, moved into ``folder`` when the block
+    succeeds (:func:`~molntk.utils.files.staged_folder`): the folder holds the complete new
+    set or, after a failure, exactly what it held before. An ``OSError`` on the way (a full
+    disk) becomes an :class:`~molntk.errors.OutputError` naming the folder."""
+    try:
+        with staged_folder(folder) as stage:
+            yield stage
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise OutputError(f"output folder {str(folder)!r}: results not written ({reason}); it holds what it held before") from err
 
 
 def jsonable(value: Any) -> Any:

@@ -2,7 +2,9 @@
 
 A file is written to a temporary sibling, flushed and fsynced, then renamed over the
 target (``os.replace`` is atomic on POSIX and Windows), so a reader never sees a file
-written half way and an interrupted write leaves the old file (or none) in place.
+written half way and an interrupted write leaves the old file (or none) in place. A set
+of files is written into a staging folder and moved into place at the end
+(:func:`staged_folder`), so a failure half way leaves the previous set as it was.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -86,3 +89,43 @@ def file_write_problem(target: str | os.PathLike[str]) -> str | None:
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"the folder {parent} is not writable"
     return None
+
+
+def folder_write_problem(folder: str | os.PathLike[str]) -> str | None:
+    """Why files cannot be written into ``folder`` and beside it (where
+    :func:`staged_folder` stages them), or None when they can: it exists and is not a folder,
+    it or its parent is not writable, or the nearest existing ancestor of a missing one is
+    not a writable folder."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        return "exists and is not a folder"
+    for place in (folder, folder.parent):
+        existing = place
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir():
+            return f"{existing} is not a folder"
+        if not os.access(existing, os.W_OK | os.X_OK):
+            return f"the folder {existing} is not writable"
+    return None
+
+
+@contextmanager
+def staged_folder(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a new empty folder beside ``target`` (``.<name>.partial-XXXX``) to write a set of
+    result files into; when the block succeeds, move each of its entries into ``target``
+    (``os.replace`` per file; a sub-folder replaces the one of the same name whole). On an
+    error nothing is moved, so ``target`` keeps exactly what it held; the staging folder is
+    removed either way. Entries of ``target`` the set does not name are left alone."""
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        yield stage
+        for entry in sorted(stage.iterdir()):
+            destination = target / entry.name
+            if entry.is_dir() and destination.is_dir():  # the old folder leaves with the staging folder
+                os.replace(destination, stage / f".old-{entry.name}")
+            os.replace(entry, destination)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -55,8 +55,14 @@ def error_lines(result: Result) -> list[str]:
 def test_help_lists_the_commands() -> None:
     result = invoke("--help")
     assert result.exit_code == 0
-    for command in ("info", "data", "config", "run"):
+    for command in ("info", "data", "config", "run", "fit", "predict"):
         assert command in result.stdout
+
+
+def test_help_states_the_exit_codes() -> None:
+    text = " ".join(invoke("--help").stdout.split())
+    assert "Exit status: 0 all good; 1 some inputs failed" in text
+    assert "2 usage, configuration, output-folder or model-file errors" in text
 
 
 @pytest.mark.parametrize("group", ["data", "config"])

@@ -12,7 +12,7 @@ from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
 
 from molntk.data.readers import read_smiles
-from molntk.errors import InputError
+from molntk.errors import InputError, ModelFileError
 from molntk.models.so3_ntk import SO3NTKRegressor
 
 
@@ -84,13 +84,13 @@ DAMAGES = {
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
 def test_damaged_or_foreign_model_files_are_one_input_error_naming_the_file(fitted_so3, tmp_path, damage):
-    """Every kind of broken file is an InputError with the path and the problem (never a
-    BadZipFile, EOFError ("Aborted."), KeyError, TypeError or numpy's allow_pickle advice)."""
+    """Every kind of broken file is a ModelFileError (an InputError) with the path and the problem
+    (never a BadZipFile, EOFError ("Aborted."), KeyError, TypeError or numpy's allow_pickle advice)."""
     good = fitted_so3[0].save(tmp_path / "good.npz")
     message, make = DAMAGES[damage]
     path = tmp_path / "broken.npz"
     make(good, path)
-    with pytest.raises(InputError) as info:
+    with pytest.raises(ModelFileError) as info:
         SO3NTKRegressor.load(path)
     assert str(path) in str(info.value) and message in str(info.value)
     assert "allow_pickle" not in str(info.value)
@@ -102,6 +102,9 @@ def test_damaged_or_foreign_model_files_are_one_input_error_naming_the_file(fitt
         (lambda meta, arrays: meta.pop("params"), "damaged model file (missing 'params')"),
         (lambda meta, arrays: meta["params"].update(unknown=1), "damaged model file (TypeError"),
         (lambda meta, arrays: arrays.pop("n_atoms"), "damaged model file (missing 'n_atoms')"),
+        (lambda meta, arrays: meta.update(target=3), "metadata 'target' is a int, not a string"),
+        (lambda meta, arrays: meta.update(provenance=[1]), "provenance is a list, not a JSON object"),
+        (lambda meta, arrays: arrays.update(regressor_solver=np.asarray("bogus")), "damaged model file (solver: "),
     ],
 )
 def test_model_files_with_bad_metadata_or_arrays_are_damaged_files(fitted_so3, tmp_path, edit, message):
@@ -112,7 +115,7 @@ def test_model_files_with_bad_metadata_or_arrays_are_damaged_files(fitted_so3, t
     edit(meta, arrays)
     path = tmp_path / "edited.npz"
     np.savez(path, **_with_metadata(arrays, json.dumps(meta).encode("utf-8")))
-    with pytest.raises(InputError, match=str(path).replace("\\", "\\\\").replace(".", "\\.")) as info:
+    with pytest.raises(ModelFileError, match=str(path).replace("\\", "\\\\").replace(".", "\\.")) as info:
         SO3NTKRegressor.load(path)
     assert message in str(info.value)
 
@@ -126,3 +129,72 @@ def test_molecules_with_elements_never_seen_in_training_are_refused(fitted_so3):
     with pytest.raises(InputError, match=r"CF.*element\(s\) F outside the elements of the training molecules \(H, C, N, O\)"):
         model.predict([mols[30], fluoromethane])
     assert np.isfinite(model.predict([mols[30]])).all()
+
+
+@pytest.fixture(scope="module")
+def train_kernels(fitted_so3) -> tuple[np.ndarray, np.ndarray]:
+    """Θ and K of the fixture's 30 training molecules, computed here from its recipe (as a pipeline would)."""
+    model, mols, _ = fitted_so3
+    recipe = model.recipe()
+    k = recipe.molecular_kernel()(recipe.environments(mols[:30]))
+    return k.ntk.double().numpy(), k.nngp.double().numpy()
+
+
+def test_target_unit_and_provenance_survive_save_and_load(fitted_so3, train_kernels, tmp_path):
+    model, mols, y = fitted_so3
+    described = SO3NTKRegressor(**model.get_params()).fit_kernels(
+        mols[:30], y[:30], *train_kernels, target="u0_atom", unit="meV", provenance={"data": "qm9 rows 1-30"})
+    loaded = SO3NTKRegressor.load(described.save(tmp_path / "u0.npz"))
+    assert (loaded.target_, loaded.unit_) == ("u0_atom", "meV")
+    assert loaded.provenance_ == described.provenance_
+    assert loaded.provenance_["n_train"] == 30 and loaded.provenance_["data"] == "qm9 rows 1-30"
+    assert {"molntk", "created"} <= loaded.provenance_.keys()
+    with np.load(tmp_path / "u0.npz", allow_pickle=False) as archive:
+        meta = json.loads(archive["metadata"].tobytes().decode("utf-8"))
+    assert meta["training_elements"] == [1, 6, 7, 8] and meta["target"] == "u0_atom"
+
+
+def test_model_files_without_target_unit_or_provenance_still_load(fitted_so3, tmp_path):
+    model, mols, _ = fitted_so3
+    with np.load(model.save(tmp_path / "new.npz"), allow_pickle=False) as archive:
+        arrays = dict(archive)
+    meta = json.loads(arrays["metadata"].tobytes().decode("utf-8"))
+    for key in ("target", "unit", "training_elements", "provenance"):
+        del meta[key]
+    np.savez(tmp_path / "old.npz", **_with_metadata(arrays, json.dumps(meta).encode("utf-8")))
+    loaded = SO3NTKRegressor.load(tmp_path / "old.npz")
+    assert (loaded.target_, loaded.unit_, loaded.provenance_) == (None, None, {})
+    assert np.array_equal(loaded.predict(mols[30:]), model.predict(mols[30:]))
+
+
+def test_fit_kernels_on_the_same_kernels_is_fit(fitted_so3, train_kernels):
+    """fit_kernels(Θ, K) is fit without computing them: identical means and standard
+    deviations (to rounding); without K there is no standard deviation."""
+    model, mols, y = fitted_so3
+    ntk, nngp = train_kernels
+    refit = SO3NTKRegressor(**model.get_params()).fit_kernels(mols[:30], y[:30], ntk, nngp)
+    mean, std = model.predict(mols[30:35], return_std=True)
+    mean2, std2 = refit.predict(mols[30:35], return_std=True)
+    np.testing.assert_allclose(mean2, mean, rtol=1e-12)
+    np.testing.assert_allclose(std2, std, rtol=1e-9)
+    no_nngp = SO3NTKRegressor(**model.get_params()).fit_kernels(mols[:30], y[:30], ntk)
+    np.testing.assert_allclose(no_nngp.predict(mols[30:35]), mean, rtol=1e-12)
+    with pytest.raises(InputError, match="K_nngp_train"):
+        no_nngp.predict(mols[30:31], return_std=True)
+    with pytest.raises(InputError, match="rows"):
+        SO3NTKRegressor(**model.get_params()).fit_kernels(mols[:30], y[:29], ntk, nngp)
+
+
+def test_from_recipe_gives_the_recipe_back(fitted_so3):
+    model = fitted_so3[0]
+    rebuilt = SO3NTKRegressor.from_recipe(model.recipe(), residual=False, cv="gcv")
+    assert rebuilt.recipe() == model.recipe()
+    assert (rebuilt.residual, rebuilt.cv) == (False, "gcv")
+
+
+def test_a_text_file_is_not_an_archive_rather_than_pickled_data(tmp_path):
+    """numpy advises allow_pickle for any file that is no archive; the message says what it is."""
+    text = tmp_path / "ethanol.xyz"
+    text.write_text("3\n\nO 0 0 0\nH 0 0 1\nH 0 1 0\n")
+    with pytest.raises(ModelFileError, match="not a molntk model file \\(not a .npz archive\\)"):
+        SO3NTKRegressor.load(text)

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from molntk.cli import app
 from molntk.cli.output import print_results_table
 from molntk.data.images import NCT_CLASSES
+from molntk.errors import OutputError
 from molntk.pipelines.files import output_dir, plot_learning_curve, write_metrics_csv, write_report
 from molntk.pipelines.images import ImageClassificationConfig, run_image_classification
 from molntk.pipelines.images.classification import confusion_matrix, fit_predict, one_hot, orbit_same_predictions
@@ -52,7 +53,7 @@ def test_output_dir_default_and_explicit(tmp_path, monkeypatch):
     assert output_dir("digits_c4", None) == Path("results/digits_c4") and Path("results/digits_c4").is_dir()
     assert output_dir("x", tmp_path / "elsewhere") == tmp_path / "elsewhere"
     (tmp_path / "file").write_text("")
-    with pytest.raises(ValueError, match="not a folder"):
+    with pytest.raises(OutputError, match="file': exists and is not a folder"):
         output_dir("x", tmp_path / "file")
     with pytest.raises(ValueError, match="'a/b'"):
         output_dir("a/b", None)

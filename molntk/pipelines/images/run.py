@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from molntk.pipelines.files import output_dir, plot_learning_curve, write_metrics_csv, write_report
+from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, write_metrics_csv, write_report
 from molntk.pipelines.images.classification import confusion_matrix, fit_predict, orbit_same_predictions, plot_confusion
 from molntk.pipelines.images.config import ImageClassificationConfig
 from molntk.pipelines.images.data import load_image_split, orbit_images
@@ -25,6 +25,7 @@ def run_image_classification(
     """Run the pipeline, write its files and return ``{"output", "data", "results", "wall_seconds"}``;
     ``progress(label, done, total)`` after each kernel block, one label per model."""
     start = time.perf_counter()
+    out = output_dir(config.name, config.output)  # checked before any work
     net, n_max = config.network, max(config.n_train)
     split = load_image_split(config.data, n_max, source)
     device, dtype = resolve_device(config.compute.device, "compute.device"), getattr(torch, config.compute.dtype)
@@ -33,7 +34,6 @@ def run_image_classification(
     n_test, n_orbit, n_classes = len(split.y_test), config.n_orbit or len(split.y_test), len(split.classes)
     x_eval = torch.cat([x_test, orbit_images(x_test[:n_orbit], net.n)])
     y_orbit = np.tile(split.y_test[:n_orbit], net.n)
-    out = output_dir(config.name, config.output)
     records: list[dict[str, Any]] = []
     confusions: dict[str, np.ndarray] = {}
     with torch_threads(config.compute.threads), open_executor("auto", device=device.type) as executor:
@@ -75,15 +75,6 @@ def run_image_classification(
                 )
             confusions[name] = confusion_matrix(split.y_test, labels[:n_test], n_classes)
     best = _confusion_model(records, net.n, n_max)
-    plot_confusion(
-        out / "confusion.png",
-        confusions[best],
-        split.classes,
-        f"{config.name}: {best}, n_train = {n_max}, {n_test} test images",
-    )
-    plot_learning_curve(
-        out, records, metric="error_rate", ylabel="test error (1 − accuracy)", hline=(1 - 1 / n_classes, "chance")
-    )
     extra = {
         "data": {
             "description": split.description,
@@ -94,10 +85,20 @@ def run_image_classification(
         },
         "device": str(device),
         "confusion": {"model": best, "n_train": n_max, "matrix": confusions[best]},
-        "wall_seconds": time.perf_counter() - start,
     }
-    write_report(out, config=config.to_dict(), records=records, extra=extra)
-    write_metrics_csv(out, records)
+    with result_set(out) as stage:  # the files move into the folder together
+        plot_confusion(
+            stage / "confusion.png",
+            confusions[best],
+            split.classes,
+            f"{config.name}: {best}, n_train = {n_max}, {n_test} test images",
+        )
+        plot_learning_curve(
+            stage, records, metric="error_rate", ylabel="test error (1 − accuracy)", hline=(1 - 1 / n_classes, "chance")
+        )
+        extra["wall_seconds"] = time.perf_counter() - start
+        write_report(stage, config=config.to_dict(), records=records, extra=extra)
+        write_metrics_csv(stage, records)
     return {"output": str(out), "data": split.description, "results": records, "wall_seconds": extra["wall_seconds"]}
 
 

@@ -41,13 +41,18 @@ Modules (data flows down the list; each imports only those above it):
 - :mod:`~molntk.pipelines.qm9.exact`: candidate selection (step 2), the chosen kernel
   (step 3) and the exact fits (step 4);
 - :mod:`~molntk.pipelines.qm9.sparse`: the sparse models (step 5);
+- :mod:`~molntk.pipelines.qm9.models`: the SO(3) model files (estimator from the config,
+  provenance, fitted on computed kernels);
 - :mod:`~molntk.pipelines.qm9.run`: ``run_qm9_property``, the run, returning its results as data;
 - :mod:`~molntk.pipelines.qm9.files`: ``run_and_write``, the task's entry point: the run,
-  then ``report.json``, ``metrics.csv``, ``predictions.csv``, ``config.yaml`` and the plots.
+  then ``report.json``, ``metrics.csv``, ``predictions.csv``, ``config.yaml``, the plots and
+  ``models/``;
+- :mod:`~molntk.pipelines.qm9.fit`: ``fit_so3_models``, the model files alone (``molntk fit``).
 """
 
 from molntk.pipelines.qm9.config import QM9DataConfig, QM9PropertyConfig
 from molntk.pipelines.qm9.files import run_and_write
+from molntk.pipelines.qm9.fit import fit_so3_models
 from molntk.pipelines.qm9.run import run_qm9_property
 
-__all__ = ["QM9DataConfig", "QM9PropertyConfig", "run_and_write", "run_qm9_property"]
+__all__ = ["QM9DataConfig", "QM9PropertyConfig", "fit_so3_models", "run_and_write", "run_qm9_property"]

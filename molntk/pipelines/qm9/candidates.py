@@ -65,6 +65,20 @@ def so3_recipe(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str,
     )
 
 
+def so3_candidates(config: QM9PropertyConfig, reduce: str, elements: Sequence[int] | None = None) -> list[Candidate]:
+    """The SO(3) NTK's candidates (``models.so3_ntk``, which must not be null) under the
+    config, reduced by ``reduce``, for the element set ``elements`` (None: QM9's)."""
+    _, device = dtype_and_device(config)
+    out = []
+    for c in config.models.so3_ntk.candidates:
+        recipe = so3_recipe(config, c, reduce, elements)
+        label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
+        if c.smearing_width is not None:
+            label += f", smearing {c.smearing_width:g} rad"
+        out.append(Candidate(label, c.model_dump(), recipe.molecular_kernel(device), recipe.quadrature))
+    return out
+
+
 def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence[Molecule],
                      composition: Composition = Composition()) -> dict[str, list[Candidate]]:
     """Model name → its hyperparameter candidates; Laplacian widths scale with the median
@@ -73,17 +87,10 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
     models, kernel = config.models, config.kernel
     elements = composition.elements
     features = config.features.feature_config(elements)
-    _, device = dtype_and_device(config)
     pairing = "element" if kernel.pairing == "atom-index" else kernel.pairing  # the baselines'
     out: dict[str, list[Candidate]] = {}
     if models.so3_ntk is not None:
-        out["so3-ntk"] = []
-        for c in models.so3_ntk.candidates:
-            recipe = so3_recipe(config, c, reduce, elements)
-            label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
-            if c.smearing_width is not None:
-                label += f", smearing {c.smearing_width:g} rad"
-            out["so3-ntk"].append(Candidate(label, c.model_dump(), recipe.molecular_kernel(device), recipe.quadrature))
+        out["so3-ntk"] = so3_candidates(config, reduce, elements)
     mlp_like = (("mlp-ntk", models.mlp_ntk), ("augmented-mlp-ntk", models.augmented_mlp_ntk))
     for name, section in mlp_like:
         if section is None:

@@ -91,7 +91,8 @@ def select_candidate(
 @dataclass
 class ShellKernels:
     """The chosen kernel on the run's sets and the compute seconds of the training and test
-    kernels of each training size (cumulative over the nested sizes)."""
+    kernels of each training size (cumulative over the nested sizes); ``nngp_train``: the
+    NNGP K(train, train) when the block kernel keeps it (else None)."""
 
     train: np.ndarray
     test: np.ndarray
@@ -99,6 +100,7 @@ class ShellKernels:
     train_seconds: np.ndarray
     test_seconds: np.ndarray
     folder: Path | None = None
+    nngp_train: np.ndarray | None = None
 
     @property
     def storage(self) -> str:
@@ -108,6 +110,7 @@ class ShellKernels:
         """Drop the matrices; out-of-core ones are deleted from disk (they are scratch:
         the block cache is what a rerun reuses, and a full-QM9 matrix is ~97 GB)."""
         self.train = self.test = self.rotated = np.zeros((0, 0))
+        self.nngp_train = None
         if self.folder is not None:
             shutil.rmtree(self.folder)
 
@@ -124,11 +127,12 @@ def shell_kernels(kernel: BlockKernelOf, sets: QM9Sets, assembler: BlockAssemble
         kernel, np.arange(n), sets.n_train + np.arange(m + sets.n_rotated),
         boundaries=sizes, test_boundaries=[m], storage=label, progress=labelled(progress, label),
     )
-    (matrix,) = kernel.outputs
+    matrix = kernel.outputs[-1]  # the regressed matrix; an NNGP before it (block_kernel's with_nngp)
     K_test = assembly.matrices[f"{matrix}_test"]
     seconds = np.array([assembly.seconds_up_to(size, test_rows=m) for size in sizes])
     folder = None if assembler.matrices_dir is None else assembler.matrices_dir / label
-    return ShellKernels(assembly.matrices[f"{matrix}_train"], K_test[:m], K_test[m:], seconds[:, 0], seconds[:, 1], folder)
+    return ShellKernels(assembly.matrices[f"{matrix}_train"], K_test[:m], K_test[m:], seconds[:, 0], seconds[:, 1], folder,
+                        assembly.matrices.get("nngp_train") if len(kernel.outputs) > 1 else None)
 
 
 def exact_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: ShellKernels, name: str, chosen: Candidate,

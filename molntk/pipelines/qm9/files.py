@@ -6,7 +6,11 @@ Writes into ``results/<config name>/`` (or ``output``): ``report.json`` (records
 times), ``metrics.csv``, ``learning_curve.png`` (log–log MAE against n_train, the 43 meV
 chemical-accuracy line for energies in meV; one file per target, suffixed with the
 target's name when there are several), ``parity.png`` (predicted against true at the
-largest n_train, one panel per model), ``predictions.csv`` and ``config.yaml``; with
+largest n_train, one panel per model), ``predictions.csv``, ``config.yaml`` and
+``models/<target>.molntk.npz`` (the chosen SO(3) model of each target, fitted at the
+largest exact n_train: :mod:`molntk.pipelines.qm9.models`). These are written into a
+staging folder beside the output folder and moved into it together at the end, so the
+folder holds a complete set of results or the one it held before; with
 ``cache: true`` the kernel blocks in ``kernel_cache/``, so that a killed run, rerun with
 the same command, resumes and reports the same numbers; with ``compute.storage: disk``
 the chosen kernels as ``.npy`` files in ``kernel_matrices/<model>-<reduction>/``.
@@ -21,8 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from molntk.pipelines.files import output_dir, plot_learning_curve, save_figure, write_metrics_csv, write_report
+from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, save_figure, write_metrics_csv, write_report
 from molntk.pipelines.qm9.config import QM9PropertyConfig
+from molntk.pipelines.qm9.models import write_models
 from molntk.pipelines.qm9.run import run_qm9_property
 from molntk.scale.progress import Progress
 from molntk.utils.files import atomic_write_text
@@ -34,25 +39,32 @@ CHEMICAL_ACCURACY_MEV = 43.0
 def run_and_write(config: QM9PropertyConfig, source: str, progress: Progress | None = None) -> dict[str, Any]:
     """Run the pipeline (:func:`~molntk.pipelines.qm9.run.run_qm9_property`, reporting kernel
     blocks to ``progress``), write the output files, return the result (without the
-    per-molecule predictions, which go to ``predictions.csv``) with ``output``: the folder."""
+    per-molecule predictions, which go to ``predictions.csv``, and the fitted models, which
+    go to ``models/``) with ``output``: the folder, and ``model_files``: target → model file.
+    The folder is checked writable before any work, and the result files are moved into it
+    together at the end (:func:`~molntk.pipelines.files.result_set`)."""
     out = output_dir(config.name, config.output)
     cache = out / "kernel_cache" if config.cache else None
     result = run_qm9_property(config, source, progress, cache, out / "kernel_matrices")
     predictions = result.pop("predictions")
     test_targets = result.pop("test_targets")
-    write_report(out, config=config.to_dict(), records=result["records"],
-                 extra={k: v for k, v in result.items() if k != "records"})
-    write_metrics_csv(out, result["records"])
-    _write_predictions(out, predictions, test_targets)
-    for target in config.targets:
-        records = [r for r in result["records"] if r["target"] == target]
-        unit = result["units"][target]
-        suffix = "" if len(config.targets) == 1 else f"_{target}"
-        hline = (CHEMICAL_ACCURACY_MEV, "chemical accuracy (43 meV)") if unit == "meV" else None
-        plot_learning_curve(out, records, metric="mae", ylabel=f"{target} test MAE ({unit})", hline=hline,
-                            filename=f"learning_curve{suffix}.png")
-        _plot_parity(out / f"parity{suffix}.png", target, unit, test_targets[target], predictions.get(target, {}),
-                     result["sizes"][-1])
+    models = result.pop("models")
+    with result_set(out) as stage:
+        result["model_files"] = {target: str(out / Path(path).relative_to(stage))
+                                 for target, path in write_models(stage / "models", models).items()}
+        write_report(stage, config=config.to_dict(), records=result["records"],
+                     extra={k: v for k, v in result.items() if k != "records"})
+        write_metrics_csv(stage, result["records"])
+        _write_predictions(stage, predictions, test_targets)
+        for target in config.targets:
+            records = [r for r in result["records"] if r["target"] == target]
+            unit = result["units"][target]
+            suffix = "" if len(config.targets) == 1 else f"_{target}"
+            hline = (CHEMICAL_ACCURACY_MEV, "chemical accuracy (43 meV)") if unit == "meV" else None
+            plot_learning_curve(stage, records, metric="mae", ylabel=f"{target} test MAE ({unit})", hline=hline,
+                                filename=f"learning_curve{suffix}.png")
+            _plot_parity(stage / f"parity{suffix}.png", target, unit, test_targets[target], predictions.get(target, {}),
+                         result["sizes"][-1])
     result["output"] = str(out)
     return result
 

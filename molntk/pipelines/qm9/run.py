@@ -9,12 +9,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from molntk.models import SO3NTKRegressor
 from molntk.molecular import MoleculeSet
 from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
 from molntk.pipelines.qm9.candidates import build_candidates, dtype_and_device
-from molntk.pipelines.qm9.config import FileDataConfig, QM9PropertyConfig
+from molntk.pipelines.qm9.config import FileDataConfig, QM9PropertyConfig, SO3Candidate
 from molntk.pipelines.qm9.evaluate import dressed_atom_records, residual_targets
 from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels
+from molntk.pipelines.qm9.models import model_from_kernels
 from molntk.pipelines.qm9.sets import QM9Sets, load_sets
 from molntk.pipelines.qm9.sparse import SUFFIX, sparse_kernels, sparse_records
 from molntk.scale import open_executor, torch_threads
@@ -37,6 +39,14 @@ def target_settings(config: QM9PropertyConfig, target: str) -> tuple[str, bool]:
     return reduce, residual
 
 
+def targets_by_reduce(config: QM9PropertyConfig) -> dict[str, list[str]]:
+    """The config's targets grouped by their reduction (targets that share one share the kernels)."""
+    by_reduce: dict[str, list[str]] = {}
+    for target in config.targets:
+        by_reduce.setdefault(target_settings(config, target)[0], []).append(target)
+    return by_reduce
+
+
 def run_qm9_property(
     config: QM9PropertyConfig,
     source: str,
@@ -45,7 +55,8 @@ def run_qm9_property(
     matrices_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the pipeline; returns ``{"records", "search", "predictions", "kernel_seconds",
-    "sizes", …}``. Kernel blocks are cached under ``cache_dir`` when given; with
+    "sizes", …, "models"}`` (``models``: target → its fitted SO(3) model,
+    :func:`saves_so3_model`). Kernel blocks are cached under ``cache_dir`` when given; with
     ``compute.storage: disk`` the chosen kernels are ``.npy`` memory maps under ``matrices_dir``."""
     compute = config.compute
     if compute.storage == "disk" and matrices_dir is None:
@@ -57,7 +68,7 @@ def run_qm9_property(
         with open_executor(compute.executor, device=device, workers=compute.workers, scheduler=compute.scheduler) as executor:
             assembler = BlockAssembler(executor, cache_dir, compute.block_molecules, compute.memory_budget_mb,
                             matrices_dir if compute.storage == "disk" else None)
-            records, search, predictions, kernel_seconds = _run_models(config, sets, assembler, progress)
+            records, search, predictions, kernel_seconds, models = _run_models(config, source, sets, assembler, progress)
     return {
         "records": records,
         "search": search,
@@ -74,19 +85,28 @@ def run_qm9_property(
         "units": sets.units,
         "elements": list(sets.composition.elements),
         "read_failures": sets.read_failures,
+        "models": models,
     }
 
 
-def _run_models(config: QM9PropertyConfig, sets: QM9Sets, assembler: BlockAssembler, progress: Progress | None) -> tuple[list, list, dict, list]:
+def saves_so3_model(config: QM9PropertyConfig, exact_sizes: list[int]) -> bool:
+    """Whether the run saves its chosen SO(3) model of each target: fitted at the largest
+    exact training size, which must be one λ is chosen at by CV (≤ ``regression.eigh_max``)."""
+    return bool(exact_sizes) and exact_sizes[-1] <= config.regression.eigh_max
+
+
+def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler: BlockAssembler,
+                progress: Progress | None) -> tuple[list, list, dict, list, dict[str, SO3NTKRegressor]]:
     """Dressed atoms, then every model: candidates chosen on the selection set, the chosen
-    kernel on the learning curve; targets that share a reduction share the kernels."""
+    kernel on the learning curve; targets that share a reduction share the kernels. The
+    chosen SO(3) model of each target is refitted on the kernel of the largest exact
+    size (with its NNGP, computed in the same blocks) to be saved (:func:`saves_so3_model`)."""
     records: list[dict[str, Any]] = []
     search: list[dict[str, Any]] = []
     predictions: dict[str, dict[str, list[float]]] = {}
     kernel_seconds: list[dict[str, Any]] = []
-    by_reduce: dict[str, list[str]] = {}
-    for target in config.targets:
-        by_reduce.setdefault(target_settings(config, target)[0], []).append(target)
+    models: dict[str, SO3NTKRegressor] = {}
+    by_reduce = targets_by_reduce(config)
     residual = {t: target_settings(config, t)[1] for t in config.targets}
     dressed_atom_records(sets, config.targets, records, predictions)
     exact_up_to = None if config.sparse is None else config.sparse.exact_up_to
@@ -100,13 +120,20 @@ def _run_models(config: QM9PropertyConfig, sets: QM9Sets, assembler: BlockAssemb
             search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
             chosen = candidates[best]
             if exact_sizes:
-                kernel = block_kernel(chosen, sets.molecules)
+                saved = name == "so3-ntk" and saves_so3_model(config, exact_sizes)
+                kernel = block_kernel(chosen, sets.molecules, with_nngp=saved)
                 shells = shell_kernels(kernel, sets, assembler, progress, f"{name}-{reduce}", exact_sizes)
                 kernel_seconds.append({"model": name, "reduce": reduce, "train": float(shells.train_seconds[-1]),
                                        "test": float(shells.test_seconds[-1]), "storage": shells.storage})
                 for target in targets:
                     records += exact_records(config, sets, shells, name, chosen, target, residual[target], exact_sizes,
                                              predictions)
+                    if saved:
+                        n = exact_sizes[-1]
+                        models[target] = model_from_kernels(
+                            config, source, SO3Candidate(**chosen.params), reduce, residual[target], sets.composition.elements, target,
+                            sets.units[target], sets.train_molecules[:n], sets.train_targets[target][:n], shells.train,
+                            shells.nngp_train)
                 shells.release()
                 del kernel  # its descriptors (GBs at large N) before the sparse model makes its own
             if config.sparse is not None and name.replace("-", "_") in config.sparse.models:
@@ -119,4 +146,4 @@ def _run_models(config: QM9PropertyConfig, sets: QM9Sets, assembler: BlockAssemb
                 for target in targets:
                     records += sparse_records(config, sets, sparse, name, chosen, target, residual[target], predictions)
                 sparse.release()
-    return records, search, predictions, kernel_seconds
+    return records, search, predictions, kernel_seconds, models

@@ -1,0 +1,85 @@
+"""``molntk fit CONFIG``: the SO(3) model files of a ``qm9-property`` configuration, without
+its learning curve.
+
+For each target, the model ``molntk run`` saves (:mod:`molntk.pipelines.qm9.models`): the
+SO(3) candidate chosen on the first ``n_select`` training molecules by cross-validation as
+in the run (the only one when the config lists one), fitted on the training molecules of
+the largest ``n_train`` (from the run's set loader, :func:`~molntk.pipelines.qm9.sets.load_sets`),
+its NTK and NNGP computed by the block engine as configured (``compute``: GPUs, Dask).
+Targets that share a reduction share the kernels. The files ``<target>.molntk.npz`` go to
+``out`` (default: ``<output>/models/``, beside a run's report), checked writable before
+any work and moved into place together at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from molntk.config import ConfigProblem, ConfigValidationError
+from molntk.molecular import MoleculeSet
+from molntk.pipelines.files import output_dir, result_set
+from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
+from molntk.pipelines.qm9.candidates import dtype_and_device, so3_candidates
+from molntk.pipelines.qm9.config import QM9PropertyConfig, SO3Candidate
+from molntk.pipelines.qm9.evaluate import residual_targets
+from molntk.pipelines.qm9.exact import select_candidate
+from molntk.pipelines.qm9.models import model_from_kernels, write_models
+from molntk.pipelines.qm9.run import target_settings, targets_by_reduce
+from molntk.pipelines.qm9.sets import load_sets
+from molntk.scale import open_executor, torch_threads
+from molntk.scale.progress import Progress, labelled
+
+
+def models_folder(config: QM9PropertyConfig, out: str | Path | None) -> Path:
+    """Where ``fit`` writes: ``out``, else ``models/`` in the config's output folder (created, checked writable)."""
+    if out is not None:
+        return output_dir(config.name, out)
+    return output_dir(config.name, output_dir(config.name, config.output) / "models")
+
+
+def fit_so3_models(config: QM9PropertyConfig, source: str, out: str | Path | None = None,
+                   progress: Progress | None = None) -> dict[str, Any]:
+    """Fit and write the config's SO(3) model of each target (module docstring); returns
+    ``{"output", "model_files": {target: path}, "n_train", "read_failures" (molecules of a
+    data file that could not be read), "candidates": {reduction: label}, "device", "dtype"}``. ConfigValidationError naming ``models.so3_ntk`` when it is null."""
+    if config.models.so3_ntk is None:
+        raise ConfigValidationError([ConfigProblem(source, "models.so3_ntk", "is null: there is no SO(3) model to fit")])
+    folder = models_folder(config, out)
+    dtype, device = dtype_and_device(config)
+    compute = config.compute
+    models, chosen_labels = {}, {}
+    with torch_threads(config.kernel.threads):
+        sets = load_sets(config, source, dtype, device)
+        n, n_select = sets.n_train, config.learning_curve.n_select
+        train = MoleculeSet(sets.train_molecules, dtype, device)
+        with open_executor(compute.executor, device=device, workers=compute.workers, scheduler=compute.scheduler) as executor:
+            assembler = BlockAssembler(executor, None, compute.block_molecules, compute.memory_budget_mb, None)
+            for reduce, targets in targets_by_reduce(config).items():
+                residual = {t: target_settings(config, t)[1] for t in targets}
+                candidates = so3_candidates(config, reduce, sets.composition.elements)
+                y_select = np.stack([residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
+                selection = MoleculeSet(sets.train_molecules[:n_select], dtype, device)
+                best, _ = select_candidate(candidates, selection, y_select, config, assembler)
+                chosen = candidates[best]
+                chosen_labels[reduce] = chosen.label
+                assembly = assembler.assemble(block_kernel(chosen, train, with_nngp=True), np.arange(n),
+                                              progress=labelled(progress, f"so3-ntk-{reduce}"))
+                ntk, nngp = assembly.matrices[f"{chosen.matrix}_train"], assembly.matrices["nngp_train"]
+                for target in targets:
+                    models[target] = model_from_kernels(
+                        config, source, SO3Candidate(**chosen.params), reduce, residual[target], sets.composition.elements, target,
+                        sets.units[target], sets.train_molecules, sets.train_targets[target], ntk, nngp)
+    with result_set(folder) as stage:
+        files = write_models(stage, models)
+    return {
+        "output": str(folder),
+        "model_files": {target: str(folder / Path(path).name) for target, path in files.items()},
+        "n_train": n,
+        "read_failures": sets.read_failures,
+        "candidates": chosen_labels,
+        "device": device,
+        "dtype": str(dtype).removeprefix("torch."),
+    }

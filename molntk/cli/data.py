@@ -8,16 +8,13 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from molntk.cli.output import print_json, print_qm9_summary, print_read_result, stdout
+from molntk.cli.output import EXIT_FAILED, print_json, print_qm9_summary, print_read_result, stdout
 from molntk.data.molecule import element_number
 from molntk.data.qm9 import load_qm9, qm9_cache_dir, qm9_summary
 from molntk.data.readers import ReadResult, read_molecules, read_smiles
 from molntk.errors import InputError
 
 app = typer.Typer(help="Datasets and molecule files.", no_args_is_help=True)
-
-#: Exit status of ``data read`` when any file, record or SMILES failed.
-EXIT_ITEMS_FAILED = 1
 
 
 @app.command("qm9")
@@ -106,4 +103,4 @@ def read(
     else:
         print_read_result(result.to_dict())
     if not result.ok:
-        raise typer.Exit(EXIT_ITEMS_FAILED)
+        raise typer.Exit(EXIT_FAILED)

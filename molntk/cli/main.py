@@ -13,14 +13,9 @@ from typer.core import TyperGroup
 
 from molntk._version import __version__
 from molntk.cli import config_cmd, data, fit, info, predict, run
-from molntk.cli.output import print_error
+from molntk.cli.output import EXIT_FAILED, EXIT_USAGE, print_error
 from molntk.errors import ConfigError, MolntkError, ModelFileError, OutputError
 
-#: Exit status of a run with an invalid usage, configuration, output folder or model file
-#: (as for typer's usage errors).
-EXIT_USAGE = 2
-#: Exit status of a run where data items or files failed.
-EXIT_FAILED = 1
 #: The exit statuses, as ``molntk --help`` and the README state them.
 EXIT_CODES = ("Exit status: 0 all good; 1 some inputs failed (each named with its reason); "
               "2 usage, configuration, output-folder or model-file errors.")

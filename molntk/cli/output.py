@@ -21,6 +21,13 @@ from rich.text import Text
 PIPE_WIDTH = 160
 
 
+#: Exit status of a run with an invalid usage, configuration, output folder or model file
+#: (as for typer's usage errors).
+EXIT_USAGE = 2
+#: Exit status of a run where data items or files failed (each named with its reason).
+EXIT_FAILED = 1
+
+
 def stdout() -> Console:
     """A rich console on the current standard output; not cut to 80 columns when it is no terminal."""
     console = Console(highlight=False)

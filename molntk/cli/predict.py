@@ -27,15 +27,13 @@ import pandas as pd
 import typer
 from rich.table import Table
 
-from molntk.cli.output import cells, print_json, print_read_result, stdout
+from molntk.cli.output import EXIT_FAILED, cells, print_json, print_read_result, stdout
 from molntk.data.readers import ReadResult, read_molecules, read_smiles
 from molntk.data.smiles_table import TABLE_SUFFIX, read_smiles_table
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.pipelines.files import jsonable
 from molntk.utils.files import atomic_write_json, atomic_write_text, file_write_problem
 
-#: Exit status when any input item failed.
-EXIT_ITEMS_FAILED = 1
 #: Suffixes of ``--out`` and the formats they select.
 OUT_FORMATS = {".csv": "csv", ".json": "json"}
 #: Columns of a prediction row.
@@ -146,4 +144,4 @@ def predict(
         if out is not None:
             typer.echo(f"{len(rows)} prediction(s) written to {out}" if written else f"no predictions: {out} not written")
     if not result.ok:
-        raise typer.Exit(EXIT_ITEMS_FAILED)
+        raise typer.Exit(EXIT_FAILED)

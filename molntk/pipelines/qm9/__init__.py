@@ -47,12 +47,13 @@ Modules (data flows down the list; each imports only those above it):
 - :mod:`~molntk.pipelines.qm9.files`: ``run_and_write``, the task's entry point: the run,
   then ``report.json``, ``metrics.csv``, ``predictions.csv``, ``config.yaml``, the plots and
   ``models/``;
-- :mod:`~molntk.pipelines.qm9.fit`: ``fit_so3_models``, the model files alone (``molntk fit``).
+- :mod:`~molntk.pipelines.qm9.fit`: ``fit_so3_models``, the model files alone (``molntk fit``), and
+  ``fit_labelled_file``, one model from a labelled file without a config.
 """
 
 from molntk.pipelines.qm9.config import QM9DataConfig, QM9PropertyConfig
 from molntk.pipelines.qm9.files import run_and_write
-from molntk.pipelines.qm9.fit import fit_so3_models
+from molntk.pipelines.qm9.fit import fit_labelled_file, fit_so3_models
 from molntk.pipelines.qm9.run import run_qm9_property
 
-__all__ = ["QM9DataConfig", "QM9PropertyConfig", "fit_so3_models", "run_and_write", "run_qm9_property"]
+__all__ = ["QM9DataConfig", "QM9PropertyConfig", "fit_labelled_file", "fit_so3_models", "run_and_write", "run_qm9_property"]

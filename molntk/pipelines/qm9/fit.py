@@ -9,6 +9,10 @@ its NTK and NNGP computed by the block engine as configured (``compute``: GPUs, 
 Targets that share a reduction share the kernels. The files ``<target>.molntk.npz`` go to
 ``out`` (default: ``<output>/models/``, beside a run's report), checked writable before
 any work and moved into place together at the end.
+
+:func:`fit_labelled_file` is the short form without a config (``molntk fit --data FILE
+--target KEY``): the estimator's defaults (the main QM9 job's model) with the file's
+element set, fitted on every molecule of the file that could be read (no test split).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from typing import Any
 import numpy as np
 
 from molntk.config import ConfigProblem, ConfigValidationError
+from molntk.data.labelled import read_labelled
+from molntk.errors import InputError
+from molntk.models import SO3NTKRegressor
 from molntk.molecular import MoleculeSet
 from molntk.pipelines.files import output_dir, result_set
 from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
@@ -31,6 +38,7 @@ from molntk.pipelines.qm9.run import target_settings, targets_by_reduce
 from molntk.pipelines.qm9.sets import load_sets
 from molntk.scale import open_executor, torch_threads
 from molntk.scale.progress import Progress, labelled
+from molntk.utils.files import sha256_file
 
 
 def models_folder(config: QM9PropertyConfig, out: str | Path | None) -> Path:
@@ -82,4 +90,31 @@ def fit_so3_models(config: QM9PropertyConfig, source: str, out: str | Path | Non
         "candidates": chosen_labels,
         "device": device,
         "dtype": str(dtype).removeprefix("torch."),
+    }
+
+
+def fit_labelled_file(path: str | Path, target: str, out: str | Path, *, unit: str = "unknown",
+                      inducing: int | None = None, device: str = "auto", verbose: bool = False,
+                      **read: Any) -> dict[str, Any]:
+    """Fit :class:`~molntk.models.SO3NTKRegressor` (its defaults; ``elements`` the file's,
+    ``inducing`` m for the sparse model) on target ``target`` of every readable molecule of
+    the labelled file ``path`` (:func:`~molntk.data.labelled.read_labelled`, ``read``: its
+    column and SDF options) and write ``out/<target>.molntk.npz``. ``out`` is checked
+    writable before the file is read. Returns ``{"output", "model_files": {target: path},
+    "n_train", "read_failures"}``; an InputError when no molecule could be read."""
+    folder = output_dir(Path(path).stem, out)
+    data = read_labelled(path, target, **read)
+    if not data.molecules:
+        raise InputError(str(path), f"no molecule with a value of {target!r} could be read ({len(data.failures)} failed)")
+    model = SO3NTKRegressor(elements=data.elements, inducing=inducing, device=device, verbose=verbose)
+    model.fit(data.molecules, data.targets[target], target=target, unit=unit,
+              provenance={"data_file": str(path), "data_sha256": sha256_file(path), "read_options": read,
+                          "read_failures": len(data.failures)})
+    with result_set(folder) as stage:
+        files = write_models(stage, {target: model})
+    return {
+        "output": str(folder),
+        "model_files": {name: str(folder / Path(file).name) for name, file in files.items()},
+        "n_train": len(data.molecules),
+        "read_failures": [failure.message for failure in data.failures],
     }

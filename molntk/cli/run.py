@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from molntk.cli.config_cmd import SetOption
-from molntk.cli.output import print_json
+from molntk.cli.output import EXIT_FAILED, print_json
 from molntk.cli.progress import job_progress
 from molntk.cli.show import SHOW
 from molntk.pipelines.tasks import TASKS
@@ -35,7 +35,7 @@ def run(
         typer.Option(help="Compute kernel blocks on the Dask cluster at this scheduler address, e.g. tcp://10.0.0.1:8786."),
     ] = None,
 ) -> None:
-    """Validate a configuration and run the job its 'task' key names."""
+    """Validate a configuration and run the job its 'task' key names (exit status 1 when items of its data could not be used)."""
     overrides = list(overrides or ())
     if workers is not None or scheduler is not None:
         overrides.append("compute.executor=dask")
@@ -48,3 +48,5 @@ def run(
         print_json({"config": resolved.to_dict(), "result": result})
     else:
         SHOW[resolved.task](resolved, result)
+    if result.get("read_failures"):
+        raise typer.Exit(EXIT_FAILED)

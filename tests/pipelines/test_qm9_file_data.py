@@ -30,11 +30,11 @@ BASELINES = (
 )
 
 
-def _run(tmp_path: Path, text: str) -> dict:
+def _run(tmp_path: Path, text: str, exit_code: int = 0) -> dict:
     config = tmp_path / "own.yaml"
     config.write_text(text + BASELINES + f"output: {tmp_path / 'out'}\n")
     result = CliRunner().invoke(app, ["run", str(config), "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == exit_code, result.output
     return json.loads(result.stdout)["result"]
 
 
@@ -50,7 +50,8 @@ def test_given_split_dressed_atoms_and_a_failed_frame(tmp_path: Path) -> None:
     path = tmp_path / "set.extxyz"
     ase.io.write(path, frames, format="extxyz")
     result = _run(tmp_path, f"task: qm9-property\ndata: {{source: file, path: {path}, targets: {{U0: eV}},\n"
-                            "  split: {kind: given, key: split}}\nlearning_curve: {n_train: [12, 24], n_test: 10, n_select: 12}\n")
+                            "  split: {kind: given, key: split}}\nlearning_curve: {n_train: [12, 24], n_test: 10, n_select: 12}\n",
+                  exit_code=1)  # the run is complete; exit status 1 says that an item was left out
     problem = f"frame 4 ({frames[4].info['id']}): target 'U0' is not a number: 'n/a'"
     assert result["read_failures"] == [f"{path}: {problem}"]
     assert result["units"] == {"U0": "eV"} and result["elements"] == [1, 6, 7, 8, 9]

@@ -12,7 +12,10 @@ element-resolved molecular NTK and NNGP of the SO(3) network ``layers``
 (:mod:`molntk.kernels.so3.spec`, :class:`~molntk.molecular.so3.SO3MolecularKernel`),
 optionally subtracts the dressed-atom linear model (extensive energies), and fits
 :class:`~molntk.regression.KernelRegressor` (NTK mean at t = ∞, λ by cross-validation on
-the training data). ``predict(..., return_std=True)`` adds the NTK-GP standard deviation.
+the training data). ``predict(..., return_std=True)`` adds the standard deviation of the GP
+whose posterior mean the prediction is (prior σ_f² Θ, noise σ_f² λ; σ_f² fitted by leave-one-out
+on the training data, :mod:`molntk.regression.calibration`), of y (``std_of="y"``, what test
+errors are compared with) or of the latent f (``"f"``).
 
 Sparse mode (``inducing=m``): m inducing environments s_1 … s_m are chosen among the training
 molecules' environments (:func:`~molntk.features.inducing.inducing_environments`, ``"fps"`` or
@@ -238,8 +241,9 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.residual else 0.0
         if sparse is None:
             k = kern(feats)
-            ntk, nngp = (t.detach().cpu().double().numpy() for t in (k.ntk, k.nngp))
-            self.regressor_ = self._regressor(recipe).fit(ntk, y - base, K_nngp_train=nngp)
+            ntk = k.ntk.detach().cpu().double().numpy()
+            self.regressor_ = self._regressor(recipe).fit(ntk, y - base)
+            self._calibrate(molecules, y, base)
             for name in ("inducing_", "inducing_rows_"):  # a refit in exact mode
                 self.__dict__.pop(name, None)
         else:
@@ -253,9 +257,23 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         self.n_features_in_ = 1
         return self
 
-    def predict(self, X: Any, return_std: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        """Predictions for molecules X; with ``return_std`` also the NTK-GP standard deviation
-        (exact mode only). Sparse mode computes only Θ(X, inducing_). A molecule with an
+    def _calibrate(self, molecules: list[Molecule], y: np.ndarray, base: np.ndarray | float) -> None:
+        """The std's amplitude by leave-one-out over the whole model: each left-out molecule is
+        also left out of the dressed-atom fit (:meth:`KernelRegressor.refit_loo_amplitude`), so
+        that two training molecules, whose kernel residuals are all 0, still measure the error."""
+        n = len(molecules)
+        if n < 2:
+            return
+        if self.dressed_atom_ is None:
+            shifts = np.zeros((n, n, *y.shape[1:]))
+        else:
+            counts = element_counts(molecules, self.elements)
+            shifts = base[None] - self.dressed_atom_.leave_one_out_predictions(counts, y)
+        self.regressor_.refit_loo_amplitude(shifts, reference=float(np.max(np.abs(y))))
+
+    def predict(self, X: Any, return_std: bool = False, *, std_of: str = "y") -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Predictions for molecules X; with ``return_std`` also the calibrated standard deviation
+        of y or of f (``std_of``; module docstring; exact mode only). Sparse mode computes only Θ(X, inducing_). A molecule with an
         element outside ``training_elements_`` (the atomic numbers present in the training
         molecules; the model knows nothing of others) is an :class:`InputError` naming it."""
         if not hasattr(self, "regressor_"):
@@ -272,12 +290,11 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.dressed_atom_ is not None else 0.0
         if sparse:
             return base + self.regressor_.predict(kern(test, self.inducing_).ntk.detach().cpu().double().numpy())
-        cross = kern(test, recipe.environments(self.train_molecules_, self.device))
-        ntk, nngp = (t.detach().cpu().double().numpy() for t in (cross.ntk, cross.nngp))
+        ntk = kern(test, recipe.environments(self.train_molecules_, self.device)).ntk.detach().cpu().double().numpy()
         if not return_std:
             return base + self.regressor_.predict(ntk)
-        diag = np.array([float(kern(recipe.environments([m], self.device)).nngp[0, 0]) for m in molecules])  # prior k(x, x)
-        mean, std = self.regressor_.predict(ntk, diag, return_std=True, K_nngp_test_train=nngp)
+        diag = np.array([float(kern(recipe.environments([m], self.device)).ntk[0, 0]) for m in molecules])  # prior Θ(x, x)
+        mean, std = self.regressor_.predict(ntk, diag, return_std=True, std_of=std_of)
         return base + mean, std
 
     # -- files ---------------------------------------------------------------------------

@@ -59,10 +59,14 @@ def inverse_diagonal(eig: Eigensystem, reg: float) -> np.ndarray:
     return (eig.vectors**2) @ ntk_filter(eig.values + reg)
 
 
+def eig_targets(eig: Eigensystem, weights: np.ndarray, reg: float) -> np.ndarray:
+    """The targets Z = (K + λI) W = V diag(s + λ) Vᵀ W of dual weights W."""
+    return eig.from_basis((eig.values + reg)[:, None] * eig.to_basis(weights))
+
+
 def eigen_amplitude(method: str, eig: Eigensystem, weights: np.ndarray, reg: float) -> np.ndarray:
-    """σ_f² per target from the eigensystem of K and W = (K + λI)⁻¹ Z: Z = V diag(s + λ) Vᵀ W."""
-    targets = eig.from_basis((eig.values + reg)[:, None] * eig.to_basis(weights))
-    return fit_amplitude(method, weights, targets, inverse_diagonal(eig, reg))
+    """σ_f² per target from the eigensystem of K and W = (K + λI)⁻¹ Z."""
+    return fit_amplitude(method, weights, eig_targets(eig, weights, reg), inverse_diagonal(eig, reg))
 
 
 def loo_predictive(eig: Eigensystem, Z: object, reg: float) -> tuple[np.ndarray, np.ndarray]:
@@ -95,3 +99,22 @@ def cholesky_inverse_diagonal(factor: np.ndarray) -> np.ndarray:
     if info != 0:
         raise InputError("K_train", f"K + λI could not be inverted from its Cholesky factor (LAPACK dpotri info {info})")
     return np.diag(inverse).copy()
+
+
+class UncalibratedWarning(UserWarning):
+    """The training data determine no amplitude (every leave-one-out residual is 0 to rounding,
+    e.g. copies of one molecule): standard deviations are returned as inf, "unknown"."""
+
+
+#: Leave-one-out residuals below this fraction of the targets' magnitude are rounding: no information.
+ROUNDING = 1e-9
+
+
+def refit_loo_residuals(eig: Eigensystem, reg: float, weights: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """Standardised LOO residuals when the targets depend on fits to all training points (a
+    baseline): leaving point i out changes Z to Z + δ_i (``shifts[i]``, (n, k)), and
+    r_i = [A⁻¹(Z + δ_i)]_i / d_i = (W_i + Σ_j [A⁻¹]_ij δ_ij) / d_i, shape (n, k). Forms A⁻¹: n³."""
+    g = ntk_filter(eig.values + reg)
+    inverse = (eig.vectors * g) @ eig.vectors.T
+    corrections = np.einsum("ij,ijk->ik", inverse, shifts)
+    return (weights + corrections) / np.diag(inverse)[:, None]

@@ -62,7 +62,17 @@ from sklearn.utils import Tags
 
 from molntk.errors import InputError
 from molntk.regression import validation
-from molntk.regression.calibration import AMPLITUDES, cholesky_inverse_diagonal, eigen_amplitude, fit_amplitude
+from molntk.regression.calibration import (
+    AMPLITUDES,
+    ROUNDING,
+    UncalibratedWarning,
+    cholesky_inverse_diagonal,
+    eig_targets,
+    eigen_amplitude,
+    fit_amplitude,
+    inverse_diagonal,
+    refit_loo_residuals,
+)
 from molntk.regression.gp import nngp_variance
 from molntk.regression.ntk import ntk_gp_variance, ntk_weights
 from molntk.regression.scaling import TargetScaler
@@ -344,6 +354,47 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
                 stacklevel=4,
             )
         return solution
+
+    def refit_loo_amplitude(self, baseline_shifts: object, reference: float) -> np.ndarray:
+        """Refit ``amplitude_`` by leave-one-out over the whole model when the targets Y given to
+        ``fit`` were y − b with a baseline b fitted on the same points (a dressed-atom model):
+        ``baseline_shifts`` (n, n) or (n, n, k), row i = b̂ − b^(i), the change of the baseline at
+        every training point when it is refitted without point i. With the standardisation mean
+        refitted too, Z^(i) = (Y + Δ_i − m^(i)) / σ and r_i = [A⁻¹ Z^(i)]_i / d_i
+        (:func:`~molntk.regression.calibration.refit_loo_residuals`); σ_f² = (1/n) Σ_i r_i² d_i.
+
+        ``reference``: the magnitude of y (e.g. max |y|); when every LOO residual is below
+        1e-9 of it (rounding: nothing in the data measures an error, e.g. copies of one
+        molecule) σ_f² = inf with an :class:`UncalibratedWarning`. Returns the LOO residuals in
+        the units of Y, shaped like Y. ``"eigh"`` at t = ∞ with ``amplitude="loo"`` only.
+        """
+        fitted = getattr(self, "_fitted", None)
+        if fitted is None or fitted.eig is None or fitted.amplitude is None or self.amplitude != "loo":
+            raise InputError("refit_loo_amplitude", "needs a solver='eigh' fit at t = inf with amplitude='loo'")
+        n, k = fitted.weights.shape
+        shifts = validation.as_float64(baseline_shifts, "baseline_shifts").reshape(n, n, -1)
+        if shifts.shape != (n, n, k):
+            raise InputError("baseline_shifts", f"must be ({n}, {n}) or ({n}, {n}, {k}), got {np.shape(baseline_shifts)}")
+        mean, scale = fitted.scaler.mean, fitted.scaler.scale
+        Z = eig_targets(fitted.eig, fitted.weights, fitted.reg)
+        if n > 1 and np.any(mean != 0):  # the standardisation mean refitted without point i
+            Y = mean + scale * Z
+            left_out_means = (n * mean - Y + shifts.sum(axis=1) - np.einsum("iik->ik", shifts)) / (n - 1)
+            shifts = shifts - (left_out_means - mean)[:, None, :]
+        residuals = refit_loo_residuals(fitted.eig, fitted.reg, fitted.weights, shifts / scale) * scale
+        if np.all(np.abs(residuals) <= ROUNDING * abs(float(reference))):
+            warnings.warn(
+                "every leave-one-out residual of the training data is 0 to rounding (e.g. copies of one molecule): "
+                "the data determine no error scale, so standard deviations are inf (unknown)",
+                UncalibratedWarning,
+                stacklevel=2,
+            )
+            amplitude = np.full(k, math.inf)
+        else:
+            d = inverse_diagonal(fitted.eig, fitted.reg)
+            amplitude = np.mean((residuals / scale) ** 2 * d[:, None], axis=0)
+        self._set_state(replace(fitted, amplitude=amplitude))
+        return validation.restore(residuals, fitted.was_1d)
 
     def fitted_arrays(self) -> dict[str, np.ndarray]:
         """The fitted state as plain arrays (for model files that must not unpickle code).

@@ -137,3 +137,39 @@ def test_amplitude_settings_are_checked():
     with pytest.raises(InputError) as err:
         model.predict(p["K_test"], p["k_diag"], return_std=True, std_of="z")
     assert err.value.source == "std_of"
+
+
+def test_whole_model_loo_refits_the_baseline_and_the_standardisation():
+    """refit_loo_amplitude against brute force: for each i, the dressed-atom model and the
+    standardised kernel ridge refitted on the other points predict y_i; the residuals agree
+    and σ_f² = (1/n) Σ r_i² d_i / σ² with d_i = [(K + λI)⁻¹]_ii."""
+    from molntk.regression import DressedAtomModel
+
+    rng = np.random.default_rng(5)
+    _, K, noise = _rbf_points(n=20)
+    counts = rng.integers(0, 6, size=(20, 3)).astype(float)
+    y = counts @ [-1000.0, -400.0, -250.0] + 30.0 * noise
+    dressed = DressedAtomModel().fit(counts, y)
+    base = dressed.predict(counts)
+    model = KernelRegressor("nngp", reg=LAM).fit(K, y - base)
+    residuals = model.refit_loo_amplitude(base[None] - dressed.leave_one_out_predictions(counts, y), reference=np.abs(y).max())
+    for i in range(len(y)):
+        rest = np.delete(np.arange(len(y)), i)
+        refit = DressedAtomModel().fit(counts[rest], y[rest])
+        ridge = KernelRegressor("nngp", reg=LAM).fit(K[np.ix_(rest, rest)], y[rest] - refit.predict(counts[rest]))
+        predicted = refit.predict(counts[i : i + 1])[0] + ridge.predict(K[i : i + 1, rest])[0]
+        assert residuals[i] == pytest.approx(y[i] - predicted, rel=1e-8)
+    d = np.diag(np.linalg.inv(K + LAM * np.eye(len(y))))
+    assert model.amplitude_[0] == pytest.approx(np.mean(residuals**2 * d) / model.target_scale_[0] ** 2, rel=1e-10)
+
+
+def test_whole_model_loo_without_information_gives_an_infinite_std():
+    """Copies of one point with one target: every LOO residual is 0, so no error scale is
+    measured; the std is inf (unknown), with a warning, not a confident 0."""
+    from molntk.regression.calibration import UncalibratedWarning
+
+    model = KernelRegressor("nngp", reg=LAM).fit(np.ones((6, 6)), np.full(6, -7.0e4))
+    with pytest.warns(UncalibratedWarning):
+        model.refit_loo_amplitude(np.zeros((6, 6)), reference=7.0e4)
+    _, std = model.predict(np.full((2, 6), 0.5), np.ones(2), return_std=True)
+    assert np.all(np.isinf(std))

@@ -62,6 +62,7 @@ from molntk._version import __version__
 from molntk.data.molecule import Molecule
 from molntk.data.readers import molecule_from_atoms
 from molntk.errors import InputError
+from molntk.features.domain import EnvironmentDomain
 from molntk.features.environments import EnvironmentBatch, FeatureConfig
 from molntk.features.inducing import SELECTIONS, environments_as_molecules, inducing_environments
 from molntk.features.radial import radial_basis_from_dict
@@ -231,6 +232,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         for m in molecules:
             m.check_elements(self.elements)
         n_inducing = self._check_sparse()
+        self.__dict__.pop("domain_", None)  # of an earlier fit
         recipe = self.recipe()
         sparse = None if n_inducing is None else self._sparse_regressor(recipe)
         if sparse is not None:
@@ -296,6 +298,20 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         diag = np.array([float(kern(recipe.environments([m], self.device)).ntk[0, 0]) for m in molecules])  # prior Θ(x, x)
         mean, std = self.regressor_.predict(ntk, diag, return_std=True, std_of=std_of)
         return base + mean, std
+
+    def domain_scores(self, X: Any) -> np.ndarray:
+        """Out-of-domain score of each molecule of X, (n,) (:mod:`molntk.features.domain`): the
+        largest distance of one of its atom environments to the nearest training environment
+        of its element, relative to what training molecules score against the others (left
+        out one at a time). Above 1: farther out than 99 % of training molecules, flag it;
+        inf: an element no training molecule has (``predict`` refuses those). The reference
+        is built from ``train_molecules_`` on the first call and kept as ``domain_``."""
+        if not hasattr(self, "regressor_"):
+            raise InputError("SO3NTKRegressor", "domain_scores called before fit")
+        recipe = self.recipe()
+        if getattr(self, "domain_", None) is None:
+            self.domain_ = EnvironmentDomain.fit(recipe.environments(self.train_molecules_, self.device))
+        return self.domain_.scores(recipe.environments(as_molecules(X), self.device))
 
     # -- files ---------------------------------------------------------------------------
 

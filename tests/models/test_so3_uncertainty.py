@@ -56,3 +56,17 @@ def test_std_of_y_exceeds_std_of_f_by_the_fitted_noise(fitted_so3):
     noise = reg.target_scale_[0] ** 2 * reg.amplitude_[0] * reg.reg_
     np.testing.assert_allclose(std_y**2 - std_f**2, noise, rtol=1e-6)
     assert np.all(std_f > 0)
+
+
+def test_domain_scores_flag_distorted_molecules_not_training_ones(fitted_so3):
+    """The estimator's out-of-domain scores (molntk.features.domain on its training molecules):
+    training molecules score ≈ 0; the same molecules with every bond 1.5 times as long score
+    above 1. (30 small, diverse training molecules cover little: left out, they lie far from
+    each other, so the threshold is wide and a 0.3 Å rattle still passes for some.)"""
+    from molntk.data.molecule import Molecule
+
+    model, mols, _ = fitted_so3
+    stretched = [Molecule(m.numbers, 1.5 * m.positions, id=m.id) for m in mols[:10]]
+    assert np.all(model.domain_scores(mols[:10]) < 1e-3)
+    assert np.all(model.domain_scores(stretched) > 1)
+    assert model.domain_.threshold > 0

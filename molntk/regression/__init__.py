@@ -32,6 +32,7 @@ works like ``KernelRidge(kernel="precomputed")``: ``fit(K_train, y)``, ``predict
 - :mod:`~molntk.regression.metrics`: MAE, RMSE, R², coverage of predictive stds.
 """
 
+from molntk.regression.calibration import UncalibratedWarning
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.estimator import KernelRegressor, PCGConvergenceWarning
 from molntk.regression.falkon import FalkonConvergenceWarning, FalkonRegressor
@@ -61,6 +62,7 @@ __all__ = [
     "PCGConvergenceWarning",
     "SparseKernelRegressor",
     "TargetScaler",
+    "UncalibratedWarning",
     "calibration_metrics",
     "coverage_curve",
     "eigensystem",

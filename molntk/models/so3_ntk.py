@@ -12,7 +12,10 @@ element-resolved molecular NTK and NNGP of the SO(3) network ``layers``
 (:mod:`molntk.kernels.so3.spec`, :class:`~molntk.molecular.so3.SO3MolecularKernel`),
 optionally subtracts the dressed-atom linear model (extensive energies), and fits
 :class:`~molntk.regression.KernelRegressor` (NTK mean at t = ∞, λ by cross-validation on
-the training data). ``predict(..., return_std=True)`` adds the NTK-GP standard deviation.
+the training data). ``predict(..., return_std=True)`` adds the standard deviation of the GP
+whose posterior mean the prediction is (prior σ_f² Θ, noise σ_f² λ; σ_f² fitted by leave-one-out
+on the training data, :mod:`molntk.regression.calibration`), of y (``std_of="y"``, what test
+errors are compared with) or of the latent f (``"f"``).
 
 Sparse mode (``inducing=m``): m inducing environments s_1 … s_m are chosen among the training
 molecules' environments (:func:`~molntk.features.inducing.inducing_environments`, ``"fps"`` or
@@ -72,6 +75,7 @@ from molntk._version import __version__
 from molntk.data.molecule import Molecule
 from molntk.data.readers import SUFFIXES, ReadResult, read_molecules, read_smiles
 from molntk.errors import InputError, ModelFileError
+from molntk.features.domain import EnvironmentDomain
 from molntk.features.environments import EnvironmentBatch, FeatureConfig
 from molntk.features.inducing import SELECTIONS, environments_as_molecules, inducing_environments
 from molntk.features.radial import radial_basis_from_dict
@@ -337,8 +341,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         feats = recipe.environments(molecules, device)
         if sparse is None:
             k = kern(feats, progress=self._progress(f"fit: kernel {len(molecules)} × {len(molecules)}"))
-            ntk, nngp = (t.detach().cpu().double().numpy() for t in (k.ntk, k.nngp))
-            self.fit_kernels(molecules, y, ntk, nngp, target=target, unit=unit, provenance=provenance)
+            self.fit_kernels(molecules, y, k.ntk.detach().cpu().double().numpy(), target=target, unit=unit, provenance=provenance)
         else:
             base = self._fit_dressed_atoms(molecules, y)
             rows = inducing_environments(feats, n_inducing, method=self.inducing_selection, seed=int(self.inducing_seed))
@@ -354,23 +357,37 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         self._log("fit: done")
         return self
 
-    def fit_kernels(self, X: Any, y: Any, ntk: np.ndarray, nngp: np.ndarray | None = None, *, target: str | None = None,
+    def fit_kernels(self, X: Any, y: Any, ntk: np.ndarray, *, target: str | None = None,
                     unit: str | None = None, provenance: dict[str, Any] | None = None) -> SO3NTKRegressor:
-        """The exact model's ``fit`` on training kernels computed elsewhere (a pipeline's
-        cached blocks): ``ntk`` = Θ(X, X) and ``nngp`` = K(X, X), (n, n), of this model's
-        kernel (``self.recipe().molecular_kernel()``). Without ``nngp`` the model has no
-        NTK-GP standard deviation. Same result as ``fit`` (which computes both and calls this)."""
+        """The exact model's ``fit`` on a training kernel computed elsewhere (a pipeline's
+        cached blocks): ``ntk`` = Θ(X, X), (n, n), of this model's kernel
+        (``self.recipe().molecular_kernel()``). Same result as ``fit`` (which computes it and calls this)."""
         molecules, y = self._training_data(X, y)
         if self._check_sparse() is not None:
             raise InputError("inducing", "fit_kernels fits the exact model; a sparse model computes its own kernels in fit")
         self.device_ = self._resolve_device()  # of the predictions
         base = self._fit_dressed_atoms(molecules, y)
         self._log("fit: kernel ridge, λ by %s", self.cv if self.reg == "cv" else f"reg={self.reg}")
-        self.regressor_ = self._regressor(self.recipe()).fit(ntk, y - base, K_nngp_train=nngp)
+        self.regressor_ = self._regressor(self.recipe()).fit(ntk, y - base)
+        self._calibrate(molecules, y, base)
         for name in ("inducing_", "inducing_rows_"):  # a refit in exact mode
             self.__dict__.pop(name, None)
         self.describe_training(molecules, target, unit, provenance)
         return self
+
+    def _calibrate(self, molecules: list[Molecule], y: np.ndarray, base: np.ndarray | float) -> None:
+        """The std's amplitude by leave-one-out over the whole model: each left-out molecule is
+        also left out of the dressed-atom fit (:meth:`KernelRegressor.refit_loo_amplitude`), so
+        that two training molecules, whose kernel residuals are all 0, still measure the error."""
+        n = len(molecules)
+        if n < 2:
+            return
+        if self.dressed_atom_ is None:
+            shifts = np.zeros((n, n, *y.shape[1:]))
+        else:
+            counts = element_counts(molecules, self.elements)
+            shifts = base[None] - self.dressed_atom_.leave_one_out_predictions(counts, y)
+        self.regressor_.refit_loo_amplitude(shifts, reference=float(np.max(np.abs(y))))
 
     def _training_data(self, X: Any, y: Any) -> tuple[list[Molecule], np.ndarray]:
         """X as molecules (each within ``elements``) and y as float64 with one row per molecule."""
@@ -397,21 +414,22 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         ``training_elements_``, ``target_``, ``unit_`` and ``provenance_`` (``n_train``, the
         molntk ``version`` and ``created`` (UTC), updated by ``provenance``)."""
         self.train_molecules_ = molecules
+        self.__dict__.pop("domain_", None)  # of an earlier fit
         self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
         self.target_, self.unit_ = target, unit
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.provenance_ = {"n_train": len(molecules), "molntk": __version__, "created": created, **(provenance or {})}
         self.n_features_in_ = 1
 
-    def predict(self, X: Any, return_std: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        """Predictions for molecules X; with ``return_std`` also the NTK-GP standard deviation
-        (exact mode only). Sparse mode computes only Θ(X, inducing_). A molecule with an
+    def predict(self, X: Any, return_std: bool = False, *, std_of: str = "y") -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Predictions for molecules X; with ``return_std`` also the calibrated standard deviation
+        of y or of f (``std_of``; module docstring; exact mode only). Sparse mode computes only Θ(X, inducing_). A molecule with an
         element outside ``training_elements_`` (the atomic numbers present in the training
         molecules; the model knows nothing of others) is an :class:`InputError` naming it."""
         molecules, base = self._query(X, "predict")
         sparse = isinstance(self.regressor_, SparseKernelRegressor)
         if sparse and return_std:
-            raise InputError("return_std", "a sparse model (inducing is set) has no NTK-GP variance; use inducing=None")
+            raise InputError("return_std", "a sparse model (inducing is set) has no predictive variance; use inducing=None")
         recipe = self.recipe()
         device = self.device_
         self._log("predict: %d molecules on %s", len(molecules), device)
@@ -421,12 +439,26 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             cross = kern(test, reference, progress=self._progress(f"predict: kernel {len(molecules)} × {len(self.inducing_rows_)} inducing"))
             return base + self.regressor_.predict(cross.ntk.detach().cpu().double().numpy())
         cross = kern(test, reference, progress=self._progress(f"predict: kernel {len(molecules)} × {len(self.train_molecules_)}"))
-        ntk, nngp = (t.detach().cpu().double().numpy() for t in (cross.ntk, cross.nngp))
+        ntk = cross.ntk.detach().cpu().double().numpy()
         if not return_std:
             return base + self.regressor_.predict(ntk)
-        diag = np.array([float(kern(recipe.environments([m], device)).nngp[0, 0]) for m in molecules])  # prior k(x, x)
-        mean, std = self.regressor_.predict(ntk, diag, return_std=True, K_nngp_test_train=nngp)
+        diag = np.array([float(kern(recipe.environments([m], device)).ntk[0, 0]) for m in molecules])  # prior Θ(x, x)
+        mean, std = self.regressor_.predict(ntk, diag, return_std=True, std_of=std_of)
         return base + mean, std
+
+    def domain_scores(self, X: Any) -> np.ndarray:
+        """Out-of-domain score of each molecule of X, (n,) (:mod:`molntk.features.domain`): the
+        largest distance of one of its atom environments to the nearest training environment
+        of its element, relative to what training molecules score against the others (left
+        out one at a time). Above 1: farther out than 99 % of training molecules, flag it;
+        inf: an element no training molecule has (``predict`` refuses those). The reference
+        is built from ``train_molecules_`` on the first call and kept as ``domain_``."""
+        if not hasattr(self, "regressor_"):
+            raise InputError("SO3NTKRegressor", "domain_scores called before fit")
+        recipe = self.recipe()
+        if getattr(self, "domain_", None) is None:
+            self.domain_ = EnvironmentDomain.fit(recipe.environments(self.train_molecules_, self.device_))
+        return self.domain_.scores(recipe.environments(as_molecules(X), self.device_))
 
     def predict_forces(self, X: Any, return_energy: bool = False) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
         """Forces F_a = −∂E/∂r_a on the atoms of each molecule of X: a list of (n_atoms, 3)

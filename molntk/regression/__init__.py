@@ -27,14 +27,17 @@ works like ``KernelRidge(kernel="precomputed")``: ``fit(K_train, y)``, ``predict
   scaling, plain-array model state) and prediction K_tm W;
 - :mod:`~molntk.regression.validation`: conversion and checks of the arrays and numbers taken;
 - :mod:`~molntk.regression.dressed_atom`: per-element linear baseline;
-- :mod:`~molntk.regression.metrics`: MAE, RMSE, R².
+- :mod:`~molntk.regression.calibration`: the GP amplitude σ_f² of the predictive variances,
+  fitted by leave-one-out or marginal likelihood;
+- :mod:`~molntk.regression.metrics`: MAE, RMSE, R², coverage of predictive stds.
 """
 
+from molntk.regression.calibration import UncalibratedWarning
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.estimator import KernelRegressor, PCGConvergenceWarning
 from molntk.regression.falkon import FalkonConvergenceWarning, FalkonRegressor
 from molntk.regression.gp import nngp_posterior, nngp_variance
-from molntk.regression.metrics import mae, r2, regression_metrics, rmse
+from molntk.regression.metrics import calibration_metrics, coverage_curve, mae, r2, regression_metrics, rmse
 from molntk.regression.ntk import ntk_filter, ntk_gp_variance, ntk_mean, ntk_weights
 from molntk.regression.scaling import TargetScaler
 from molntk.regression.selection import (
@@ -59,6 +62,9 @@ __all__ = [
     "PCGConvergenceWarning",
     "SparseKernelRegressor",
     "TargetScaler",
+    "UncalibratedWarning",
+    "calibration_metrics",
+    "coverage_curve",
     "eigensystem",
     "element_counts",
     "fold_ids",

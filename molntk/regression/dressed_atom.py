@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, clone
 
 from molntk.data.molecule import Molecule, element_number, element_symbol
 from molntk.errors import InputError
@@ -104,6 +104,15 @@ class DressedAtomModel(RegressorMixin, BaseEstimator):
         if not hasattr(self, "coef_"):
             raise InputError("DressedAtomModel", "predict called before fit")
         return self._counts(counts, columns=self.coef_.shape[0]) @ self.coef_ + self.intercept_
+
+    def leave_one_out_predictions(self, counts: object, y: object) -> np.ndarray:
+        """Row i: the predictions at all N points of this model refitted without point i,
+        (N, N) or (N, N, k) (N refits of N − 1 points; what a leave-one-out of a model built
+        on the dressed atoms refits)."""
+        C = self._counts(counts)
+        Y = validation.as_float64(y, "y")
+        validation.targets(Y, "y", rows=C.shape[0])
+        return np.stack([clone(self).fit(np.delete(C, i, 0), np.delete(Y, i, 0)).predict(C) for i in range(C.shape[0])])
 
     def residual(self, counts: object, y: object) -> np.ndarray:
         """y - ŷ: what a kernel model learns on top of the dressed atoms."""

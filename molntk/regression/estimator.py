@@ -25,12 +25,23 @@ take its symmetry on trust: comparing K with Kᵀ block by block would read a ke
 column-wise, many times over.
 
 ``method="ntk"``: K_train is the NTK Θ(X, X); the mean is μ_t (:mod:`molntk.regression.ntk`).
-Standard deviations (``return_std``, ``"eigh"`` only) are the NTK-GP Σ_t(x, x)^{1/2}, which
-also need the NNGP kernels: ``K_nngp_train`` at ``fit``, ``K_nngp_test_train`` and the NNGP
-test self-kernel diagonal ``k_test_diag`` at ``predict``.
-``method="nngp"``: K_train is the NNGP kernel; mean and standard deviation are the GP
-posterior with noise λ (:mod:`molntk.regression.gp`), which needs ``k_test_diag`` for the std
-(``"eigh"`` or ``"cholesky"``).
+``method="nngp"``: K_train is the NNGP kernel; the mean is the GP posterior mean with noise λ.
+
+Standard deviations (``return_std``) come in two ``variance`` kinds:
+
+- ``"gp"`` (default): the GP whose posterior mean the prediction is (t = ∞): prior σ_f² K
+  for the kernel K of K_train (Θ for ``"ntk"``: the NTK-GP posterior of He et al. 2020,
+  "Bayesian deep ensembles via the NTK"), noise σ_f² λ; Var[f(x)] = σ_f² (k** − k*ᵀ(K + λI)⁻¹k*)
+  with ``k_test_diag`` = k** the test self-kernel diagonal of K_train's kernel
+  (``"eigh"``; ``"cholesky"`` for ``method="nngp"``);
+- ``"ntk-gp"`` (``method="ntk"``, ``"eigh"``): σ_f² Σ_t(x, x), the variance of the trained
+  network over random initialisations (Lee et al. 2019), which also needs the NNGP kernels:
+  ``K_nngp_train`` at ``fit``, ``K_nngp_test_train`` and the NNGP ``k_test_diag`` at ``predict``.
+
+The amplitude σ_f² is fitted on the training data (``amplitude``: leave-one-out predictive
+likelihood or marginal likelihood, closed forms at t = ∞, :mod:`molntk.regression.calibration`;
+``"none"``: σ_f² = 1). ``predict(..., std_of="y")`` gives the std of an observation y
+(Var[f] + σ_f² λ; what test errors are compared with), ``std_of="f"`` that of the latent f.
 
 Outputs are numpy float64 arrays in the units of Y, shaped like Y ((m,) or (m, k)).
 Standard deviations are scaled per target by the standardisation σ_j.
@@ -51,6 +62,17 @@ from sklearn.utils import Tags
 
 from molntk.errors import InputError
 from molntk.regression import validation
+from molntk.regression.calibration import (
+    AMPLITUDES,
+    ROUNDING,
+    UncalibratedWarning,
+    cholesky_inverse_diagonal,
+    eig_targets,
+    eigen_amplitude,
+    fit_amplitude,
+    inverse_diagonal,
+    refit_loo_residuals,
+)
 from molntk.regression.gp import nngp_variance
 from molntk.regression.ntk import ntk_gp_variance, ntk_weights
 from molntk.regression.scaling import TargetScaler
@@ -68,6 +90,9 @@ from molntk.utils.checks import integer
 
 METHODS = ("ntk", "nngp")
 SOLVERS = ("eigh", "cholesky", "pcg")
+#: Kinds of predictive variance (module docstring) and of standard deviation (of y or of f).
+VARIANCES = ("gp", "ntk-gp")
+STD_OF = ("y", "f")
 #: Kernel entries (rows × n) that the large-N solvers convert and check at once: 64 MiB of
 #: float64, so that a test kernel on disk (``np.memmap``) is never held in memory whole.
 BLOCK_ENTRIES = 1 << 23
@@ -88,7 +113,8 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
     training data by ``cv`` ∈ {"loo", "kfold", "gcv"} over ``relative_grid`` (× mean(diag
     K_train); default 1e-10 … 1), with ``n_folds`` folds dealt by ``seed`` for k-fold.
     ``standardize``: fit on (Y - mean) / std per target. ``psd_rtol``: eigenvalue clipping
-    tolerance (:mod:`molntk.regression.spectral`).
+    tolerance (:mod:`molntk.regression.spectral`). ``variance``: ``"gp"`` or ``"ntk-gp"``,
+    ``amplitude``: ``"loo"``, ``"ml"`` or ``"none"`` (module docstring).
 
     ``solver`` computes the dual weights W of the standardised targets Z (module docstring):
 
@@ -113,10 +139,12 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
     K_train + λI (``"eigh"``: cond₂ from the eigenvalues; ``"cholesky"``: LAPACK's estimate
     of cond₁, which lies between cond₂ and n · cond₂; ``"pcg"``: None),
     ``eigenvalues_clipped_`` and ``min_eigenvalue_`` (before clipping; None unless
-    ``"eigh"``), ``target_mean_``, ``target_scale_`` ((k,) arrays), ``n_train_``,
+    ``"eigh"``), ``amplitude_`` (σ_f² of the standardised targets, (k,); None at finite t,
+    where no closed form holds, and for ``"pcg"`` and NTK ``"cholesky"`` fits, which have no
+    variance), ``target_mean_``, ``target_scale_`` ((k,) arrays), ``n_train_``,
     ``n_targets_``, ``fit_seconds_``, and ``n_iter_`` and ``pcg_residual_`` (largest final
     relative residual; None unless ``"pcg"``). :meth:`load_fitted_arrays` sets ``solver_``,
-    ``reg_``, ``target_mean_``, ``target_scale_``, ``n_train_`` and ``n_targets_``.
+    ``reg_``, ``amplitude_``, ``target_mean_``, ``target_scale_``, ``n_train_`` and ``n_targets_``.
     """
 
     method: str = "ntk"
@@ -135,6 +163,8 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
     pcg_max_iter: int = 1000
     preconditioner: str = "pivoted-cholesky"
     preconditioner_rank: int = 200
+    variance: str = "gp"
+    amplitude: str = "loo"
 
     def __sklearn_tags__(self) -> Tags:
         """scikit-learn's tags with ``input_tags.pairwise``: X is a kernel matrix (its columns
@@ -165,6 +195,9 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         integer(self.pcg_max_iter, "pcg_max_iter", minimum=1)
         validation.choice(self.preconditioner, "preconditioner", PRECONDITIONERS)
         integer(self.preconditioner_rank, "preconditioner_rank", minimum=1)
+        validation.choice(self.amplitude, "amplitude", AMPLITUDES)
+        if validation.choice(self.variance, "variance", VARIANCES) == "ntk-gp" and self.method != "ntk":
+            raise InputError("variance", "'ntk-gp' is the variance of a trained network's NTK; it needs method='ntk'")
 
     def _check_large_n_settings(self) -> None:
         """``"cholesky"`` and ``"pcg"`` compute (K + λI)⁻¹ Z for one given λ > 0 only."""
@@ -185,7 +218,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
     def fit(self, K_train: object, Y: object, *, K_nngp_train: object | None = None) -> KernelRegressor:
         """Fit on the train kernel K_train (n, n) and targets Y ((n,) or (n, k)).
 
-        ``K_nngp_train`` (n, n): the NNGP train kernel, needed by ``method="ntk"`` for
+        ``K_nngp_train`` (n, n): the NNGP train kernel, needed by ``variance="ntk-gp"`` for
         ``predict(..., return_std=True)`` (``solver="eigh"`` only).
         """
         self.check_params()
@@ -212,13 +245,17 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
             reg = float(self.reg)
         cond = warn_if_ill_conditioned(eig, reg)
         nngp_rotated = None
-        if self.method == "ntk" and K_nngp_train is not None:
+        if K_nngp_train is not None:
+            if self.variance != "ntk-gp":
+                raise InputError("K_nngp_train", f"is used by variance='ntk-gp' only (this regressor has variance={self.variance!r})")
             nngp_train = validation.symmetric_kernel(K_nngp_train, "K_nngp_train")
             if nngp_train.shape != (eig.n, eig.n):
                 raise InputError("K_nngp_train", f"must be {eig.n} x {eig.n} like K_train, got shape {nngp_train.shape}")
             nngp_rotated = eig.rotate(nngp_train)
         weights = ntk_weights(eig, Z, t=t, lr=lr, reg=reg)
-        self._set_state(_Fitted("eigh", weights, scaler, reg, was_1d, eig=eig, nngp_rotated=nngp_rotated))
+        amplitude = eigen_amplitude(self.amplitude, eig, weights, reg) if math.isinf(t) else None
+        self._set_state(_Fitted("eigh", weights, scaler, reg, was_1d, eig=eig, nngp_rotated=nngp_rotated,
+                                amplitude=amplitude))
         self._set_fit_results(eig.mean_diag, cv_result, cond, eig.n_clipped, eig.min_raw, start)
         return self
 
@@ -236,7 +273,11 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         reg = float(self.reg)
         if self.solver == "cholesky":
             weights, factor, cond = self._solve_cholesky(K, Z, reg)
-            self._set_state(_Fitted("cholesky", weights, scaler, reg, was_1d, cholesky=factor))
+            amplitude = None
+            if factor is not None:
+                diagonal = cholesky_inverse_diagonal(factor) if self.amplitude == "loo" else np.ones(K.shape[0])
+                amplitude = fit_amplitude(self.amplitude, weights, Z, diagonal)
+            self._set_state(_Fitted("cholesky", weights, scaler, reg, was_1d, cholesky=factor, amplitude=amplitude))
         else:
             solution = self._solve_pcg(K, Z, reg)
             self._set_state(_Fitted("pcg", solution.x, scaler, reg, was_1d))
@@ -250,7 +291,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         ``reg_``, ``target_mean_``, ``target_scale_``, ``n_train_``, ``n_targets_``; the
         PCG attributes ``n_iter_`` and ``pcg_residual_`` start as None."""
         self._fitted = fitted
-        self.solver_, self.reg_ = fitted.solver, fitted.reg
+        self.solver_, self.reg_, self.amplitude_ = fitted.solver, fitted.reg, fitted.amplitude
         self.target_mean_, self.target_scale_ = fitted.scaler.mean, fitted.scaler.scale
         self.n_train_, self.n_targets_ = fitted.weights.shape
         self.n_iter_ = self.pcg_residual_ = None
@@ -314,6 +355,47 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
             )
         return solution
 
+    def refit_loo_amplitude(self, baseline_shifts: object, reference: float) -> np.ndarray:
+        """Refit ``amplitude_`` by leave-one-out over the whole model when the targets Y given to
+        ``fit`` were y − b with a baseline b fitted on the same points (a dressed-atom model):
+        ``baseline_shifts`` (n, n) or (n, n, k), row i = b̂ − b^(i), the change of the baseline at
+        every training point when it is refitted without point i. With the standardisation mean
+        refitted too, Z^(i) = (Y + Δ_i − m^(i)) / σ and r_i = [A⁻¹ Z^(i)]_i / d_i
+        (:func:`~molntk.regression.calibration.refit_loo_residuals`); σ_f² = (1/n) Σ_i r_i² d_i.
+
+        ``reference``: the magnitude of y (e.g. max |y|); when every LOO residual is below
+        1e-9 of it (rounding: nothing in the data measures an error, e.g. copies of one
+        molecule) σ_f² = inf with an :class:`UncalibratedWarning`. Returns the LOO residuals in
+        the units of Y, shaped like Y. ``"eigh"`` at t = ∞ with ``amplitude="loo"`` only.
+        """
+        fitted = getattr(self, "_fitted", None)
+        if fitted is None or fitted.eig is None or fitted.amplitude is None or self.amplitude != "loo":
+            raise InputError("refit_loo_amplitude", "needs a solver='eigh' fit at t = inf with amplitude='loo'")
+        n, k = fitted.weights.shape
+        shifts = validation.as_float64(baseline_shifts, "baseline_shifts").reshape(n, n, -1)
+        if shifts.shape != (n, n, k):
+            raise InputError("baseline_shifts", f"must be ({n}, {n}) or ({n}, {n}, {k}), got {np.shape(baseline_shifts)}")
+        mean, scale = fitted.scaler.mean, fitted.scaler.scale
+        Z = eig_targets(fitted.eig, fitted.weights, fitted.reg)
+        if n > 1 and np.any(mean != 0):  # the standardisation mean refitted without point i
+            Y = mean + scale * Z
+            left_out_means = (n * mean - Y + shifts.sum(axis=1) - np.einsum("iik->ik", shifts)) / (n - 1)
+            shifts = shifts - (left_out_means - mean)[:, None, :]
+        residuals = refit_loo_residuals(fitted.eig, fitted.reg, fitted.weights, shifts / scale) * scale
+        if np.all(np.abs(residuals) <= ROUNDING * abs(float(reference))):
+            warnings.warn(
+                "every leave-one-out residual of the training data is 0 to rounding (e.g. copies of one molecule): "
+                "the data determine no error scale, so standard deviations are inf (unknown)",
+                UncalibratedWarning,
+                stacklevel=2,
+            )
+            amplitude = np.full(k, math.inf)
+        else:
+            d = inverse_diagonal(fitted.eig, fitted.reg)
+            amplitude = np.mean((residuals / scale) ** 2 * d[:, None], axis=0)
+        self._set_state(replace(fitted, amplitude=amplitude))
+        return validation.restore(residuals, fitted.was_1d)
+
     def fitted_arrays(self) -> dict[str, np.ndarray]:
         """The fitted state as plain arrays (for model files that must not unpickle code).
 
@@ -323,7 +405,9 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         ``"cholesky"`` / ``"pcg"``: ``solver`` (a 0-d unicode string array, which
         ``np.load(allow_pickle=False)`` reads), ``weights``, ``target_mean``,
         ``target_scale``, ``reg``, ``was_1d``, and ``cholesky_factor`` (n, n; L in its lower
-        triangle) when NNGP variances were kept. No ``solver`` key means ``"eigh"``.
+        triangle) when NNGP variances were kept. No ``solver`` key means ``"eigh"``. Both add
+        ``amplitude`` ((k,) σ_f²) when fitted; files without it (older ones) get it recomputed
+        from the eigensystem (``"eigh"``) or σ_f² = 1 (``"cholesky"``).
         """
         fitted = getattr(self, "_fitted", None)
         if fitted is None:
@@ -347,6 +431,8 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
             arrays["solver"] = np.asarray(fitted.solver)
         if fitted.cholesky is not None:
             arrays["cholesky_factor"] = fitted.cholesky
+        if fitted.amplitude is not None:
+            arrays["amplitude"] = fitted.amplitude
         return arrays
 
     def load_fitted_arrays(self, arrays: dict[str, np.ndarray]) -> KernelRegressor:
@@ -356,9 +442,14 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         weights = np.asarray(arrays["weights"], dtype=np.float64)
         scaler = TargetScaler(np.asarray(arrays["target_mean"]), np.asarray(arrays["target_scale"]))
         state = _Fitted(solver, weights, scaler, float(arrays["reg"]), bool(float(arrays["was_1d"])))
+        stored = arrays.get("amplitude")
+        amplitude = None if stored is None else np.asarray(stored, dtype=np.float64).reshape(weights.shape[1])
         if solver != "eigh":
             factor = arrays.get("cholesky_factor")
-            self._set_state(replace(state, cholesky=None if factor is None else np.asarray(factor, dtype=np.float64)))
+            if factor is not None and amplitude is None:
+                amplitude = np.ones(weights.shape[1])
+            cholesky = None if factor is None else np.asarray(factor, dtype=np.float64)
+            self._set_state(replace(state, cholesky=cholesky, amplitude=amplitude))
             return self
         eig = Eigensystem(
             values=np.asarray(arrays["eig_values"], dtype=np.float64),
@@ -368,7 +459,9 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
             min_raw=float(np.min(arrays["eig_values"])),
         )
         nngp_rotated = np.asarray(arrays["nngp_rotated"]) if "nngp_rotated" in arrays else None
-        self._set_state(replace(state, eig=eig, nngp_rotated=nngp_rotated))
+        if amplitude is None and math.isinf(self.t):
+            amplitude = eigen_amplitude(self.amplitude, eig, weights, state.reg)
+        self._set_state(replace(state, eig=eig, nngp_rotated=nngp_rotated, amplitude=amplitude))
         return self
 
     def predict(
@@ -378,34 +471,40 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         return_std: bool = False,
         *,
         K_nngp_test_train: object | None = None,
+        std_of: str = "y",
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Mean prediction for the m test points of K_test_train (m, n) (the kernel of
-        ``method``); with ``return_std`` also the predictive standard deviation.
+        ``method``); with ``return_std`` also the predictive standard deviation of an
+        observation y (``std_of="y"``) or of the latent f (``"f"``) (module docstring).
 
-        ``k_test_diag`` (m,): NNGP self-kernel K(x, x) of the test points (needed for the
-        std). ``K_nngp_test_train`` (m, n): NNGP test-train kernel (std of ``method="ntk"``).
-        For ``"cholesky"`` and ``"pcg"`` K_test_train may be an ``np.memmap``: it is read in
-        row blocks of :data:`BLOCK_ENTRIES` entries.
+        ``k_test_diag`` (m,): the test self-kernel k(x, x) (needed for the std): of K_train's
+        kernel for ``variance="gp"``, of the NNGP for ``"ntk-gp"``. ``K_nngp_test_train``
+        (m, n): NNGP test-train kernel (``"ntk-gp"`` only). For ``"cholesky"`` and ``"pcg"``
+        K_test_train may be an ``np.memmap``: it is read in row blocks of
+        :data:`BLOCK_ENTRIES` entries.
         """
         fitted = getattr(self, "_fitted", None)
         if fitted is None:
             raise InputError("KernelRegressor", "predict called before fit")
+        if return_std:
+            validation.choice(std_of, "std_of", STD_OF)
         if fitted.solver != "eigh":
-            return self._predict_large_n(fitted, K_test_train, k_test_diag, return_std)
+            return self._predict_large_n(fitted, K_test_train, k_test_diag, return_std, std_of)
         cross = validation.matrix(K_test_train, "K_test_train", cols=fitted.eig.n)
         mean = validation.restore(fitted.scaler.inverse_transform(cross @ fitted.weights), fitted.was_1d)
         if not return_std:
             return mean
+        amplitude = self._checked_amplitude(fitted)
         if k_test_diag is None:
-            raise InputError("k_test_diag", "the NNGP test self-kernel diagonal K(x, x) is needed for return_std")
+            raise InputError("k_test_diag", "the test self-kernel diagonal k(x, x) is needed for return_std")
         prior = validation.vector(k_test_diag, "k_test_diag", length=cross.shape[0])
-        if self.method == "nngp":
+        if self.variance == "gp":
             variance = nngp_variance(fitted.eig, cross, prior, reg=fitted.reg)
         else:
             if fitted.nngp_rotated is None:
-                raise InputError("K_nngp_train", "method='ntk' needs fit(..., K_nngp_train=...) for return_std")
+                raise InputError("K_nngp_train", "variance='ntk-gp' needs fit(..., K_nngp_train=...) for return_std")
             if K_nngp_test_train is None:
-                raise InputError("K_nngp_test_train", "method='ntk' needs the NNGP test-train kernel for return_std")
+                raise InputError("K_nngp_test_train", "variance='ntk-gp' needs the NNGP test-train kernel for return_std")
             nngp_cross = validation.matrix(K_nngp_test_train, "K_nngp_test_train", rows=cross.shape[0], cols=fitted.eig.n)
             variance = ntk_gp_variance(
                 fitted.eig,
@@ -417,11 +516,23 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
                 lr=float(self.lr),
                 reg=fitted.reg,
             )
-        std = np.sqrt(fitted.scaler.inverse_transform_variance(variance))
-        return mean, validation.restore(std, fitted.was_1d)
+        return mean, _scaled_std(fitted, variance, amplitude, std_of)
+
+    def _checked_amplitude(self, fitted: _Fitted) -> np.ndarray:
+        """σ_f² per target for ``return_std``; InputError naming ``amplitude`` at finite t,
+        where neither closed form holds, unless ``amplitude="none"`` (σ_f² = 1)."""
+        if fitted.amplitude is not None:
+            return fitted.amplitude
+        if self.amplitude == "none":
+            return np.ones(fitted.weights.shape[1])
+        raise InputError(
+            "amplitude",
+            f"amplitude={self.amplitude!r} is fitted in closed form at t = inf only; "
+            "use amplitude='none' (σ_f² = 1) for a std at finite t",
+        )
 
     def _predict_large_n(
-        self, fitted: _Fitted, K_test_train: object, k_test_diag: object | None, return_std: bool
+        self, fitted: _Fitted, K_test_train: object, k_test_diag: object | None, return_std: bool, std_of: str
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """``predict`` for ``"cholesky"`` / ``"pcg"``: mean K(x, X) W and, for the Cholesky
         factor kept by ``method="nngp"``, the NNGP std, one block of test rows at a time."""
@@ -436,8 +547,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         mean = validation.restore(fitted.scaler.inverse_transform(np.concatenate(means)), fitted.was_1d)
         if prior is None:
             return mean
-        std = np.sqrt(fitted.scaler.inverse_transform_variance(np.concatenate(variances)))
-        return mean, validation.restore(std, fitted.was_1d)
+        return mean, _scaled_std(fitted, np.concatenate(variances), self._checked_amplitude(fitted), std_of)
 
     def _large_n_prior(self, fitted: _Fitted, k_test_diag: object | None, m: int) -> np.ndarray:
         """k(x, x) for the std of a ``"cholesky"`` / ``"pcg"`` fit; InputError naming ``solver``
@@ -451,7 +561,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         if self.method == "ntk":
             raise InputError(
                 "solver",
-                "the NTK-GP variance needs the eigendecomposition of solver='eigh'; solver='cholesky' "
+                "the NTK's variance needs the eigendecomposition of solver='eigh'; solver='cholesky' "
                 "gives the NNGP variance only (method='nngp')",
             )
         if fitted.cholesky is None:
@@ -459,7 +569,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
                 "solver", "this solver='cholesky' fit kept no Cholesky factor (it was fitted with method='ntk')"
             )
         if k_test_diag is None:
-            raise InputError("k_test_diag", "the NNGP test self-kernel diagonal K(x, x) is needed for return_std")
+            raise InputError("k_test_diag", "the test self-kernel diagonal k(x, x) is needed for return_std")
         return validation.vector(k_test_diag, "k_test_diag", length=m)
 
 
@@ -467,7 +577,8 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
 class _Fitted:
     """State of a fitted :class:`KernelRegressor`: ``solver``, dual weights W (n, k), scaler, λ,
     whether Y was 1-d; for ``"eigh"`` the eigensystem and Vᵀ K_nngp V for NTK-GP variances
-    (or None); for ``"cholesky"`` with ``method="nngp"`` the factor L of K + λI (else None)."""
+    (or None); for ``"cholesky"`` with ``method="nngp"`` the factor L of K + λI (else None);
+    the amplitude σ_f² per target (None where no variance or no closed form)."""
 
     solver: str
     weights: np.ndarray
@@ -477,10 +588,19 @@ class _Fitted:
     eig: Eigensystem | None = None
     nngp_rotated: np.ndarray | None = None
     cholesky: np.ndarray | None = None
+    amplitude: np.ndarray | None = None
 
     @property
     def n(self) -> int:
         return int(self.weights.shape[0])
+
+
+def _scaled_std(fitted: _Fitted, variance: np.ndarray, amplitude: np.ndarray, std_of: str) -> np.ndarray:
+    """Std in the units of Y from the latent variance v (m,) at σ_f² = 1 in standardised units:
+    σ_j (σ_f,j² (v + λ [std_of = "y"]))^{1/2} per target j, shaped like Y."""
+    noise = fitted.reg if std_of == "y" else 0.0
+    scaled = (variance[:, None] + noise) * amplitude[None, :]
+    return validation.restore(np.sqrt(fitted.scaler.inverse_transform_variance(scaled)), fitted.was_1d)
 
 
 def _row_blocks(m: int, n: int) -> Iterator[slice]:

@@ -132,18 +132,17 @@ def test_molecules_with_elements_never_seen_in_training_are_refused(fitted_so3):
 
 
 @pytest.fixture(scope="module")
-def train_kernels(fitted_so3) -> tuple[np.ndarray, np.ndarray]:
-    """Θ and K of the fixture's 30 training molecules, computed here from its recipe (as a pipeline would)."""
+def train_kernel(fitted_so3) -> np.ndarray:
+    """Θ of the fixture's 30 training molecules, computed here from its recipe (as a pipeline would)."""
     model, mols, _ = fitted_so3
     recipe = model.recipe()
-    k = recipe.molecular_kernel()(recipe.environments(mols[:30]))
-    return k.ntk.double().numpy(), k.nngp.double().numpy()
+    return recipe.molecular_kernel()(recipe.environments(mols[:30])).ntk.double().numpy()
 
 
-def test_target_unit_and_provenance_survive_save_and_load(fitted_so3, train_kernels, tmp_path):
+def test_target_unit_and_provenance_survive_save_and_load(fitted_so3, train_kernel, tmp_path):
     model, mols, y = fitted_so3
     described = SO3NTKRegressor(**model.get_params()).fit_kernels(
-        mols[:30], y[:30], *train_kernels, target="u0_atom", unit="meV", provenance={"data": "qm9 rows 1-30"})
+        mols[:30], y[:30], train_kernel, target="u0_atom", unit="meV", provenance={"data": "qm9 rows 1-30"})
     loaded = SO3NTKRegressor.load(described.save(tmp_path / "u0.npz"))
     assert (loaded.target_, loaded.unit_) == ("u0_atom", "meV")
     assert loaded.provenance_ == described.provenance_
@@ -167,22 +166,17 @@ def test_model_files_without_target_unit_or_provenance_still_load(fitted_so3, tm
     assert np.array_equal(loaded.predict(mols[30:]), model.predict(mols[30:]))
 
 
-def test_fit_kernels_on_the_same_kernels_is_fit(fitted_so3, train_kernels):
-    """fit_kernels(Θ, K) is fit without computing them: identical means and standard
-    deviations (to rounding); without K there is no standard deviation."""
+def test_fit_kernels_on_the_same_kernel_is_fit(fitted_so3, train_kernel):
+    """fit_kernels(Θ) is fit without computing Θ: identical means and calibrated standard
+    deviations (to rounding)."""
     model, mols, y = fitted_so3
-    ntk, nngp = train_kernels
-    refit = SO3NTKRegressor(**model.get_params()).fit_kernels(mols[:30], y[:30], ntk, nngp)
+    refit = SO3NTKRegressor(**model.get_params()).fit_kernels(mols[:30], y[:30], train_kernel)
     mean, std = model.predict(mols[30:35], return_std=True)
     mean2, std2 = refit.predict(mols[30:35], return_std=True)
     np.testing.assert_allclose(mean2, mean, rtol=1e-12)
     np.testing.assert_allclose(std2, std, rtol=1e-9)
-    no_nngp = SO3NTKRegressor(**model.get_params()).fit_kernels(mols[:30], y[:30], ntk)
-    np.testing.assert_allclose(no_nngp.predict(mols[30:35]), mean, rtol=1e-12)
-    with pytest.raises(InputError, match="K_nngp_train"):
-        no_nngp.predict(mols[30:31], return_std=True)
     with pytest.raises(InputError, match="rows"):
-        SO3NTKRegressor(**model.get_params()).fit_kernels(mols[:30], y[:29], ntk, nngp)
+        SO3NTKRegressor(**model.get_params()).fit_kernels(mols[:30], y[:29], train_kernel)
 
 
 def test_from_recipe_gives_the_recipe_back(fitted_so3):

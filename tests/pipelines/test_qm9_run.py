@@ -112,6 +112,39 @@ def test_shell_assembled_kernel_ridge_equals_scikit_learn(tiny_run, qm9):
 
 
 
+def test_calibration_records_equal_a_numpy_gp_and_the_plot_is_written(tiny_run, qm9):
+    """The power-spectrum record's coverage at n = 40 against numpy: standardised residual z,
+    A = K + λI, σ_f² = (1/n) Σ_i [A⁻¹z]_i² / [A⁻¹]_ii (leave-one-out), std of y
+    = s (σ_f² (k** − k*ᵀA⁻¹k* + λ))^{1/2}; calibration.png and the std column are written."""
+    from molntk.pipelines.qm9.evaluate import dressed_atom
+
+    out, document = tiny_run
+    assert (out / "calibration.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "u0_atom:so3-ntk:std" in (out / "predictions.csv").read_text().splitlines()[0].split(",")
+    record = next(r for r in document["result"]["records"] if r["model"] == "power-spectrum" and r["n_train"] == 40)
+    zeta = int(record["hyperparameters"].removeprefix("ζ="))
+    train_idx, test_idx = _sets(qm9, 40, 25)
+    train, test = qm9.molecules(train_idx.tolist()), qm9.molecules(test_idx.tolist())
+    y, y_test = qm9.target("u0_atom")[train_idx], qm9.target("u0_atom")[test_idx]
+    base_train, base_test = dressed_atom(train, y, test)
+    kern = PowerSpectrumKernel(TASKS.load(out.parent / "tiny.yaml").features.feature_config(), zeta)
+    f_train = environment_features(train, kern.features)
+    f_test = environment_features(test, kern.features)
+    K, K_test = kern(f_train).kernel.numpy(), kern(f_test, f_train).kernel.numpy()
+    k_self = np.diag(kern(f_test).kernel.numpy())
+    reg = record["reg_relative"] * np.mean(np.diag(K))
+    residual = y - base_train
+    scale = residual.std()
+    A_inv = np.linalg.inv(K + reg * np.eye(40))
+    W = A_inv @ (residual - residual.mean()) / scale
+    amplitude = np.mean(W**2 / np.diag(A_inv))
+    std = scale * np.sqrt(amplitude * (k_self - np.einsum("ij,jk,ik->i", K_test, A_inv, K_test) + reg))
+    z = np.abs(y_test - base_test - residual.mean() - K_test @ W * scale) / std
+    assert record["within_1sigma"] == pytest.approx(np.mean(z <= 1), abs=1 / 25)  # one molecule at the boundary
+    assert record["within_2sigma"] == pytest.approx(np.mean(z <= 2), abs=1 / 25)
+    assert record["mean_abs_z"] == pytest.approx(np.mean(z), rel=1e-5)
+
+
 def test_invariance_errors_separate_invariant_from_non_invariant_models(tiny_run):
     _, document = tiny_run
     at = {r["model"]: r for r in document["result"]["records"] if r["n_train"] == 40}

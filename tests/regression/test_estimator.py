@@ -42,8 +42,9 @@ def test_ntk_regressor_std_is_scaled_ntk_gp_variance():
     psi = np.tanh(p["phi"] @ rng.normal(size=(p["phi"].shape[1], 70)))
     psi_test = np.tanh(p["phi_test"] @ rng.normal(size=(p["phi"].shape[1], 70)))
     K, K_test, k_diag = psi @ psi.T, psi_test @ psi.T, np.sum(psi_test**2, 1)
-    model = KernelRegressor("ntk", t=2.0, lr=0.5, reg=0.01).fit(p["K"], p["Y"], K_nngp_train=K)
-    mean, std = model.predict(p["K_test"], k_diag, return_std=True, K_nngp_test_train=K_test)
+    model = KernelRegressor("ntk", t=2.0, lr=0.5, reg=0.01, variance="ntk-gp", amplitude="none")
+    model.fit(p["K"], p["Y"], K_nngp_train=K)
+    mean, std = model.predict(p["K_test"], k_diag, return_std=True, K_nngp_test_train=K_test, std_of="f")
     eig = eigensystem(p["K"])
     var = ntk_gp_variance(eig, eig.rotate(K), p["K_test"], K_test, k_diag, t=2.0, lr=0.5, reg=0.01)
     sigma = p["Y"].std(axis=0)
@@ -162,7 +163,7 @@ def test_bad_fit_inputs_name_the_argument(overrides, source, message):
 
 
 def test_bad_predict_inputs_name_the_argument():
-    model = KernelRegressor("ntk", reg=0.1).fit(BASE["K"], BASE["Y"], K_nngp_train=BASE["K"])
+    model = KernelRegressor("ntk", reg=0.1, variance="ntk-gp").fit(BASE["K"], BASE["Y"], K_nngp_train=BASE["K"])
     cases = [
         ({"K_test_train": BASE["K_test"][:, :5]}, "K_test_train"),
         ({"K_test_train": _with_nan(BASE["K_test"], (1, 2))}, "K_test_train"),
@@ -176,7 +177,7 @@ def test_bad_predict_inputs_name_the_argument():
         with pytest.raises(InputError) as err:
             model.predict(**args)
         assert err.value.source == source, overrides
-    no_nngp = KernelRegressor("ntk", reg=0.1).fit(BASE["K"], BASE["Y"])
+    no_nngp = KernelRegressor("ntk", reg=0.1, variance="ntk-gp").fit(BASE["K"], BASE["Y"])
     with pytest.raises(InputError) as err:
         no_nngp.predict(BASE["K_test"], BASE["k_diag"], return_std=True, K_nngp_test_train=BASE["K_test"])
     assert err.value.source == "K_nngp_train"

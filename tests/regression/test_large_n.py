@@ -285,10 +285,10 @@ def test_fitted_arrays_round_trip_through_npz(tmp_path, method, solver):
 
 def test_eigh_fitted_arrays_keep_their_format():
     p = PROBLEM
-    arrays = KernelRegressor("ntk", reg=0.1).fit(p["K"], p["Y"], K_nngp_train=p["K"]).fitted_arrays()
+    arrays = KernelRegressor("ntk", reg=0.1, variance="ntk-gp").fit(p["K"], p["Y"], K_nngp_train=p["K"]).fitted_arrays()
     assert list(arrays) == [
         "weights", "eig_values", "eig_vectors", "eig_mean_diag",
-        "target_mean", "target_scale", "reg", "was_1d", "nngp_rotated",
+        "target_mean", "target_scale", "reg", "was_1d", "nngp_rotated", "amplitude",
     ]
     assert all(a.dtype == np.float64 for a in arrays.values())
 

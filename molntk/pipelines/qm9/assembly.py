@@ -42,10 +42,8 @@ class BlockAssembler:
         )
 
 
-def block_kernel(candidate: Candidate, group: MoleculeSet | InducingSet, *, with_nngp: bool = False) -> BlockKernelOf:
+def block_kernel(candidate: Candidate, group: MoleculeSet | InducingSet) -> BlockKernelOf:
     """The candidate's kernel on ``group`` as a block kernel of the matrix it is regressed on
-    (descriptors computed here), and with ``with_nngp`` of its NNGP too (a network kernel
-    computes both at once; the NTK-GP variance of a saved model needs it); its cache key
-    hashes the kernel's settings, the matrices kept and the group's fingerprint, so a rerun
-    of the same config finds its blocks and nothing else does."""
-    return BlockKernelOf(candidate.kernel, group, outputs=("nngp", candidate.matrix) if with_nngp else (candidate.matrix,))
+    (descriptors computed here); its cache key hashes the kernel's settings and the group's
+    fingerprint, so a rerun of the same config finds its blocks and nothing else does."""
+    return BlockKernelOf(candidate.kernel, group, outputs=(candidate.matrix,))

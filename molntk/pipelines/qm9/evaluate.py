@@ -7,7 +7,11 @@
 - a record: MAE, RMSE and R² of the test predictions (:func:`~molntk.regression.regression_metrics`),
   with the model, target, training size, unit, times and what else a model adds;
 - the invariance error: the standard deviation of a molecule's predictions over its
-  original and its rotated copies, averaged over the invariance set, in target units.
+  original and its rotated copies, averaged over the invariance set, in target units;
+- the calibration of a model that gives a predictive std (exact kernel ridge by
+  eigendecomposition: the GP posterior with its amplitude fitted by leave-one-out on the
+  training molecules, :mod:`molntk.regression.calibration`): the fractions of test errors
+  within 1σ and 2σ of y's std and the mean |error|/σ (:func:`~molntk.regression.calibration_metrics`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ import numpy as np
 from molntk.data.molecule import Molecule
 from molntk.data.qm9 import QM9_ELEMENTS
 from molntk.pipelines.qm9.sets import QM9Sets
-from molntk.regression import DressedAtomModel, element_counts, regression_metrics
+from molntk.regression import DressedAtomModel, calibration_metrics, element_counts, regression_metrics
+
+#: Suffix of the key of a model's test-set std beside its predictions (``"<model>:std"``).
+STD_SUFFIX = ":std"
 
 
 def dressed_atom(train: Sequence[Molecule], y_train: np.ndarray, *others: Sequence[Molecule],
@@ -87,14 +94,18 @@ def solver_diagnostics(model: Any) -> dict[str, Any]:
 
 def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int, predictions: dict, *,
                    fit: Callable[[np.ndarray], Any], test_kernel: np.ndarray, rotated_kernel: np.ndarray,
-                   kernel_seconds: tuple[float, float], hyperparameters: str, **extra: Any) -> dict[str, Any]:
+                   kernel_seconds: tuple[float, float], hyperparameters: str, test_diag: np.ndarray | None = None,
+                   **extra: Any) -> dict[str, Any]:
     """The record of one kernel model at training size n: the dressed-atom model (when
     ``residual``), ``fit`` on the residual targets of the first n training molecules (a
     fitted regressor with ``predict`` and the fitted attributes ``reg_relative_``, ``solver_``,
     ``cv_result_`` and the solver diagnostics it has of ``condition_number_``,
     ``eigenvalues_clipped_``, ``iterations_``, ``jitter_``), predictions from its kernels against
     the test set and the rotated copies; ``kernel_seconds`` (training, test) are added to
-    the measured fit and predict times; ``extra`` goes into the record."""
+    the measured fit and predict times; ``extra`` goes into the record. With ``test_diag``
+    (the test molecules' self-kernels) a model that gives a std (a fitted ``amplitude_``) is
+    scored by :func:`calibration` (not timed); its std at the largest size goes beside its
+    predictions as ``"<name>:std"``."""
     y = sets.train_targets[target][:n]
     start = time.perf_counter()
     if residual:
@@ -110,6 +121,9 @@ def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int
     pred_rot = base_rot + model.predict(rotated_kernel) if sets.n_rotated else np.zeros(0)
     if n == sets.sizes[-1]:
         predictions.setdefault(target, {})[name] = pred.tolist()
+    if test_diag is not None:
+        extra |= calibration(model, test_kernel, test_diag, sets.test_targets[target] - base_test, predictions,
+                             target, name if n == sets.sizes[-1] else None)
     return metrics_record(
         name, target, n, sets.units[target], sets.test_targets[target], pred,
         fit_seconds=fit_seconds, predict_seconds=predict_seconds,
@@ -118,3 +132,19 @@ def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int
         reg_at_grid_edge=None if model.cv_result_ is None else model.cv_result_.at_grid_edge,
         **solver_diagnostics(model), **extra,
     )
+
+
+def calibration(model: Any, test_kernel: np.ndarray, test_diag: np.ndarray, residual_truth: np.ndarray,
+                predictions: dict, target: str, name: str | None) -> dict[str, Any]:
+    """``{"within_1sigma", "within_2sigma", "mean_abs_z"}`` of the std of y that ``model`` gives
+    from its test kernel and the test self-kernels (None each when it gives none, or a std
+    that is not > 0); with ``name`` its std goes into ``predictions[target]["<name>:std"]``."""
+    if getattr(model, "amplitude_", None) is None:
+        return {}
+    mean, std = model.predict(test_kernel, test_diag, return_std=True)
+    if not np.all(std > 0):
+        return {"within_1sigma": None, "within_2sigma": None, "mean_abs_z": None}
+    if name is not None:
+        predictions[target][name + STD_SUFFIX] = std.tolist()
+    metrics = calibration_metrics(residual_truth, mean, std)
+    return {key: metrics[key] for key in ("within_1sigma", "within_2sigma", "mean_abs_z")}

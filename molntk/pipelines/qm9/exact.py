@@ -90,17 +90,17 @@ def select_candidate(
 
 @dataclass
 class ShellKernels:
-    """The chosen kernel on the run's sets and the compute seconds of the training and test
-    kernels of each training size (cumulative over the nested sizes); ``nngp_train``: the
-    NNGP K(train, train) when the block kernel keeps it (else None)."""
+    """The chosen kernel on the run's sets, the compute seconds of the training and test
+    kernels of each training size (cumulative over the nested sizes) and the test
+    molecules' self-kernels k(x, x) (the prior variances of the std)."""
 
     train: np.ndarray
     test: np.ndarray
     rotated: np.ndarray
     train_seconds: np.ndarray
     test_seconds: np.ndarray
+    test_diag: np.ndarray
     folder: Path | None = None
-    nngp_train: np.ndarray | None = None
 
     @property
     def storage(self) -> str:
@@ -110,7 +110,7 @@ class ShellKernels:
         """Drop the matrices; out-of-core ones are deleted from disk (they are scratch:
         the block cache is what a rerun reuses, and a full-QM9 matrix is ~97 GB)."""
         self.train = self.test = self.rotated = np.zeros((0, 0))
-        self.nngp_train = None
+        self.test_diag = np.zeros(0)
         if self.folder is not None:
             shutil.rmtree(self.folder)
 
@@ -127,12 +127,20 @@ def shell_kernels(kernel: BlockKernelOf, sets: QM9Sets, assembler: BlockAssemble
         kernel, np.arange(n), sets.n_train + np.arange(m + sets.n_rotated),
         boundaries=sizes, test_boundaries=[m], storage=label, progress=labelled(progress, label),
     )
-    matrix = kernel.outputs[-1]  # the regressed matrix; an NNGP before it (block_kernel's with_nngp)
+    (matrix,) = kernel.outputs
     K_test = assembly.matrices[f"{matrix}_test"]
     seconds = np.array([assembly.seconds_up_to(size, test_rows=m) for size in sizes])
     folder = None if assembler.matrices_dir is None else assembler.matrices_dir / label
-    return ShellKernels(assembly.matrices[f"{matrix}_train"], K_test[:m], K_test[m:], seconds[:, 0], seconds[:, 1], folder,
-                        assembly.matrices.get("nngp_train") if len(kernel.outputs) > 1 else None)
+    return ShellKernels(assembly.matrices[f"{matrix}_train"], K_test[:m], K_test[m:], seconds[:, 0], seconds[:, 1],
+                        self_kernels(kernel, sets.n_train + np.arange(m)), folder)
+
+
+def self_kernels(kernel: BlockKernelOf, rows: np.ndarray, block: int = 64) -> np.ndarray:
+    """k(x, x) of the molecules ``rows``: the diagonals of symmetric blocks of ``block``
+    molecules (block/2 times the n molecule pairs, a few % of a learning curve's kernel work)."""
+    (matrix,) = kernel.outputs
+    parts = [np.diagonal(kernel.compute_block(rows[i : i + block], None)[matrix]) for i in range(0, len(rows), block)]
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def exact_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: ShellKernels, name: str, chosen: Candidate,
@@ -150,7 +158,7 @@ def exact_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: ShellKernel
             fit=lambda z, n=n, fixed=fixed: fit_kernel_ridge(kernels.train[:n, :n], z, config, chosen.quadrature, fixed),
             test_kernel=kernels.test[:, :n], rotated_kernel=kernels.rotated[:, :n],
             kernel_seconds=(float(kernels.train_seconds[k]), float(kernels.test_seconds[k])),
-            hyperparameters=chosen.label,
+            hyperparameters=chosen.label, test_diag=kernels.test_diag,
         )
         reg_relative = reg_relative if large else record["reg_relative"]
         records.append(record)

@@ -6,11 +6,15 @@ Writes into ``results/<config name>/`` (or ``output``): ``report.json`` (records
 times), ``metrics.csv``, ``learning_curve.png`` (log–log MAE against n_train, the 43 meV
 chemical-accuracy line for energies in meV; one file per target, suffixed with the
 target's name when there are several), ``parity.png`` (predicted against true at the
-largest n_train, one panel per model), ``predictions.csv``, ``config.yaml`` and
-``models/<target>.molntk.npz`` (the chosen SO(3) model of each target, fitted at the
-largest exact n_train: :mod:`molntk.pipelines.qm9.models`). These are written into a
-staging folder beside the output folder and moved into it together at the end, so the
-folder holds a complete set of results or the one it held before; with
+largest n_train, one panel per model), ``calibration.png`` (for the models that give a
+std: the observed fraction of test errors inside the central interval of each confidence
+level against the level, at the largest n_train; the records add ``within_1sigma``,
+``within_2sigma`` and ``mean_abs_z``), ``predictions.csv`` (with a ``<target>:<model>:std``
+column for those models), ``config.yaml`` and ``models/<target>.molntk.npz`` (the chosen
+SO(3) model of each target, fitted at the largest exact n_train:
+:mod:`molntk.pipelines.qm9.models`). These are written into a staging folder beside the
+output folder and moved into it together at the end, so the folder holds a complete set
+of results or the one it held before; with
 ``cache: true`` the kernel blocks in ``kernel_cache/``, so that a killed run, rerun with
 the same command, resumes and reports the same numbers; with ``compute.storage: disk``
 the chosen kernels as ``.npy`` files in ``kernel_matrices/<model>-<reduction>/``.
@@ -27,13 +31,17 @@ import pandas as pd
 
 from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, save_figure, write_metrics_csv, write_report
 from molntk.pipelines.qm9.config import QM9PropertyConfig
+from molntk.pipelines.qm9.evaluate import STD_SUFFIX
 from molntk.pipelines.qm9.models import write_models
+from molntk.regression import coverage_curve
 from molntk.pipelines.qm9.run import run_qm9_property
 from molntk.scale.progress import Progress
 from molntk.utils.files import atomic_write_text
 
 #: Chemical accuracy for energies (meV), drawn on the learning curve.
 CHEMICAL_ACCURACY_MEV = 43.0
+#: Confidence levels of the calibration plot.
+CONFIDENCE_LEVELS = np.linspace(0.05, 0.95, 19)
 
 
 def run_and_write(config: QM9PropertyConfig, source: str, progress: Progress | None = None) -> dict[str, Any]:
@@ -63,8 +71,13 @@ def run_and_write(config: QM9PropertyConfig, source: str, progress: Progress | N
             hline = (CHEMICAL_ACCURACY_MEV, "chemical accuracy (43 meV)") if unit == "meV" else None
             plot_learning_curve(stage, records, metric="mae", ylabel=f"{target} test MAE ({unit})", hline=hline,
                                 filename=f"learning_curve{suffix}.png")
-            _plot_parity(stage / f"parity{suffix}.png", target, unit, test_targets[target], predictions.get(target, {}),
-                         result["sizes"][-1])
+            by_model = predictions.get(target, {})
+            means = {model: values for model, values in by_model.items() if not model.endswith(STD_SUFFIX)}
+            _plot_parity(stage / f"parity{suffix}.png", target, unit, test_targets[target], means, result["sizes"][-1])
+            stds = {model.removesuffix(STD_SUFFIX): values for model, values in by_model.items() if model.endswith(STD_SUFFIX)}
+            if stds:
+                _plot_calibration(stage / f"calibration{suffix}.png", target, test_targets[target], means, stds,
+                                  result["sizes"][-1])
     result["output"] = str(out)
     return result
 
@@ -106,6 +119,34 @@ def _plot_parity(path: Path, target: str, unit: str, truth: list[float], by_mode
         for ax in list(axes.flat)[len(models):]:
             ax.axis("off")
         fig.suptitle(f"{target}: test predictions at n_train = {n}", fontsize=9)
+        fig.tight_layout()
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def _plot_calibration(path: Path, target: str, truth: list[float], means: dict[str, list[float]],
+                      stds: dict[str, list[float]], n: int) -> None:
+    """calibration.png: observed coverage (fraction of |error| ≤ Φ⁻¹((1 + p)/2) σ) against the
+    confidence level p, one line per model with a std, and the diagonal of perfect calibration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.2, 4.0), dpi=110)
+    try:
+        ax.plot([0, 1], [0, 1], color="grey", linewidth=0.8, label="calibrated")
+        for model, std in stds.items():
+            observed = coverage_curve(np.asarray(truth), np.asarray(means[model]), np.asarray(std), CONFIDENCE_LEVELS)
+            ax.plot(CONFIDENCE_LEVELS, observed, marker="o", markersize=3, label=model)
+        ax.set_xlabel("confidence level p (central interval of the predicted std)", fontsize=8)
+        ax.set_ylabel("fraction of test errors inside", fontsize=8)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7)
+        ax.set_title(f"{target}: calibration at n_train = {n}", fontsize=9)
         fig.tight_layout()
         save_figure(fig, path)
     finally:

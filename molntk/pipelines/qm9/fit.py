@@ -73,13 +73,13 @@ def fit_so3_models(config: QM9PropertyConfig, source: str, out: str | Path | Non
                 best, _ = select_candidate(candidates, selection, y_select, config, assembler)
                 chosen = candidates[best]
                 chosen_labels[reduce] = chosen.label
-                assembly = assembler.assemble(block_kernel(chosen, train, with_nngp=True), np.arange(n),
+                assembly = assembler.assemble(block_kernel(chosen, train), np.arange(n),
                                               progress=labelled(progress, f"so3-ntk-{reduce}"))
-                ntk, nngp = assembly.matrices[f"{chosen.matrix}_train"], assembly.matrices["nngp_train"]
+                ntk = assembly.matrices[f"{chosen.matrix}_train"]
                 for target in targets:
                     models[target] = model_from_kernels(
                         config, source, SO3Candidate(**chosen.params), reduce, residual[target], sets.composition.elements, target,
-                        sets.units[target], sets.train_molecules, sets.train_targets[target], ntk, nngp)
+                        sets.units[target], sets.train_molecules, sets.train_targets[target], ntk)
     with result_set(folder) as stage:
         files = write_models(stage, models)
     return {

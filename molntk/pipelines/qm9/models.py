@@ -70,11 +70,11 @@ def write_models(folder: Path, models: Mapping[str, SO3NTKRegressor]) -> dict[st
 
 def model_from_kernels(config: QM9PropertyConfig, source: str, candidate: SO3Candidate, reduce: str, residual: bool,
                        elements: Sequence[int], target: str, unit: str, train: list[Molecule], y: np.ndarray,
-                       ntk: np.ndarray, nngp: np.ndarray | None) -> SO3NTKRegressor:
+                       ntk: np.ndarray) -> SO3NTKRegressor:
     """The run's SO(3) model of ``target``, fitted on the training kernels it computed
-    already (Θ = ``ntk``, K = ``nngp`` of the molecules ``train``, targets ``y``), for the
+    already (Θ = ``ntk`` of the molecules ``train``, targets ``y``), for the
     data's element set ``elements``."""
     model = so3_estimator(config, candidate, reduce, residual, elements)
     n = len(train)
-    return model.fit_kernels(train, y, ntk[:n, :n], None if nngp is None else nngp[:n, :n], target=target, unit=unit,
+    return model.fit_kernels(train, y, ntk[:n, :n], target=target, unit=unit,
                              provenance=provenance(config, source, candidate))

@@ -121,7 +121,7 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
             chosen = candidates[best]
             if exact_sizes:
                 saved = name == "so3-ntk" and saves_so3_model(config, exact_sizes)
-                kernel = block_kernel(chosen, sets.molecules, with_nngp=saved)
+                kernel = block_kernel(chosen, sets.molecules)
                 shells = shell_kernels(kernel, sets, assembler, progress, f"{name}-{reduce}", exact_sizes)
                 kernel_seconds.append({"model": name, "reduce": reduce, "train": float(shells.train_seconds[-1]),
                                        "test": float(shells.test_seconds[-1]), "storage": shells.storage})
@@ -132,8 +132,7 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
                         n = exact_sizes[-1]
                         models[target] = model_from_kernels(
                             config, source, SO3Candidate(**chosen.params), reduce, residual[target], sets.composition.elements, target,
-                            sets.units[target], sets.train_molecules[:n], sets.train_targets[target][:n], shells.train,
-                            shells.nngp_train)
+                            sets.units[target], sets.train_molecules[:n], sets.train_targets[target][:n], shells.train)
                 shells.release()
                 del kernel  # its descriptors (GBs at large N) before the sparse model makes its own
             if config.sparse is not None and name.replace("-", "_") in config.sparse.models:

@@ -81,13 +81,18 @@ def file_write_problem(target: str | os.PathLike[str]) -> str | None:
     target = Path(target)
     if target.is_dir():
         return "is a folder, not a file"
-    parent = target.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"{parent} is not a folder"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"the folder {parent} is not writable"
+    return _ancestor_write_problem(target.parent)
+
+
+def _ancestor_write_problem(place: Path) -> str | None:
+    """Why nothing can be created at ``place``: its nearest existing ancestor (itself when it
+    exists) is not a folder or not writable; None when it is a writable folder."""
+    while not place.exists():
+        place = place.parent
+    if not place.is_dir():
+        return f"{place} is not a folder"
+    if not os.access(place, os.W_OK | os.X_OK):
+        return f"the folder {place} is not writable"
     return None
 
 
@@ -99,15 +104,7 @@ def folder_write_problem(folder: str | os.PathLike[str]) -> str | None:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         return "exists and is not a folder"
-    for place in (folder, folder.parent):
-        existing = place
-        while not existing.exists():
-            existing = existing.parent
-        if not existing.is_dir():
-            return f"{existing} is not a folder"
-        if not os.access(existing, os.W_OK | os.X_OK):
-            return f"the folder {existing} is not writable"
-    return None
+    return _ancestor_write_problem(folder) or _ancestor_write_problem(folder.parent)
 
 
 @contextmanager

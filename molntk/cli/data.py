@@ -11,7 +11,7 @@ from rich.text import Text
 from molntk.cli.output import EXIT_FAILED, print_json, print_qm9_summary, print_read_result, stdout
 from molntk.data.molecule import element_number
 from molntk.data.qm9 import load_qm9, qm9_cache_dir, qm9_summary
-from molntk.data.readers import ReadResult, read_molecules, read_smiles
+from molntk.data.readers import SUFFIXES, ReadResult, read_molecules, read_smiles
 from molntk.errors import InputError
 
 app = typer.Typer(help="Datasets and molecule files.", no_args_is_help=True)
@@ -63,6 +63,13 @@ def _parse_elements(text: str | None) -> list[int] | None:
         raise typer.BadParameter(error.problem, param_hint="--elements") from None
 
 
+def split_smiles_arguments(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """(paths, SMILES) of the positional arguments of ``data read --smiles A B``: existing
+    paths and names with a molecule-file suffix are paths, the rest SMILES strings."""
+    is_path = [Path(a).exists() or Path(a).suffix.lower() in SUFFIXES for a in arguments]
+    return [a for a, p in zip(arguments, is_path) if p], [a for a, p in zip(arguments, is_path) if not p]
+
+
 @app.command("read")
 def read(
     paths: Annotated[
@@ -89,10 +96,15 @@ def read(
 ) -> None:
     """Read molecule files and SMILES; list the molecules and every item that failed, with its reason.
 
-    Exit status: 0 if everything was read, 1 if any file, record or SMILES failed.
+    ``--smiles CCO CCN`` takes several SMILES: with --smiles, an argument that is no existing
+    path and has no molecule-file suffix is a SMILES string. Exit status: 0 if everything was
+    read, 1 if any file, record or SMILES failed.
     """
     if not paths and not smiles:
         raise typer.BadParameter("give at least one PATH or --smiles", param_hint="PATH")
+    if smiles:
+        paths, more = split_smiles_arguments(paths or [])
+        smiles = [*smiles, *more]
     allowed = _parse_elements(elements)
     options = {"allowed_elements": allowed} | ({} if seed is None else {"seed": seed})
     from_files = read_molecules(paths or (), add_hs=add_hs, **options)

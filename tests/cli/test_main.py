@@ -147,6 +147,16 @@ def test_read_json_is_well_formed(molecule_files: dict[str, str]) -> None:
     assert all(x["problem"] and x["message"] for x in report["failures"])
 
 
+def test_read_smiles_option_takes_several_values(molecule_files: dict[str, str]) -> None:
+    """``--smiles A B`` reads both SMILES (B is no file); paths beside them stay paths."""
+    f = molecule_files
+    result = invoke("data", "read", "--smiles", "CCO", "CC", f["methane"], f["missing"], "--json")
+    assert result.exit_code == 1, result.output  # missing.sdf
+    report = json.loads(result.stdout)
+    assert sorted(m["formula"] for m in report["molecules"]) == ["C2H6", "C2H6O", "CH4"]
+    assert [(x["source"], x["problem"]) for x in report["failures"]] == [(f["missing"], "file not found")]
+
+
 def test_read_molecules_with_carbon_and_no_hydrogen() -> None:
     """Cyanogen, CF4 and CO2 (41 QM9 molecules have C and no H) are read and named by their Hill formulas."""
     result = invoke("data", "read", "--smiles", "N#CC#N", "--smiles", "FC(F)(F)F", "--smiles", "O=C=O", "--json")

@@ -10,8 +10,9 @@ the model's training molecules; an item that cannot be read, or has an element t
 never saw in training, is reported with its reason and the others are still predicted.
 The table printed (and the ``--out`` file, CSV or JSON by its suffix, written atomically)
 has one row per predicted molecule: ``id``, ``smiles``, ``source``, ``target``, ``unit``
-(from the model file), ``prediction`` and ``std`` (NTK-GP standard deviation; empty for a
-sparse model). When no item could be predicted no file is written, so an existing one
+(from the model file), ``prediction``, ``std`` (the calibrated standard deviation of y;
+empty for a sparse model) and ``domain`` (the out-of-domain score; above 1: farther from
+the training environments than 99 % of the training molecules). When no item could be predicted no file is written, so an existing one
 stays as it was. ``--out`` with another suffix, naming a folder or a place that cannot be
 written is a usage error found before the model is loaded. Exit status: 0 when every item
 was predicted, 1 when any failed, 2 for usage errors and model files that cannot be used.
@@ -36,8 +37,8 @@ from molntk.utils.files import atomic_write_json, atomic_write_text, file_write_
 
 #: Suffixes of ``--out`` and the formats they select.
 OUT_FORMATS = {".csv": "csv", ".json": "json"}
-#: Columns of a prediction row.
-COLUMNS = ["id", "smiles", "source", "target", "unit", "prediction", "std"]
+#: Columns of a prediction row (``domain``: :meth:`SO3NTKRegressor.domain_scores`, above 1 out of domain).
+COLUMNS = ["id", "smiles", "source", "target", "unit", "prediction", "std", "domain"]
 
 
 def read_inputs(inputs: list[str], smiles: list[str], allowed: list[int], add_hs: bool) -> ReadResult:
@@ -49,7 +50,7 @@ def read_inputs(inputs: list[str], smiles: list[str], allowed: list[int], add_hs
 
 
 def prediction_rows(regressor: SO3NTKRegressor, result: ReadResult) -> list[dict[str, Any]]:
-    """One row per molecule read (:data:`COLUMNS`); ``std`` None for a sparse model (no NTK-GP variance)."""
+    """One row per molecule read (:data:`COLUMNS`); ``std`` None for a sparse model (no predictive variance)."""
     molecules = result.molecules
     if not molecules:
         return []
@@ -58,10 +59,11 @@ def prediction_rows(regressor: SO3NTKRegressor, result: ReadResult) -> list[dict
         std = std.reshape(len(molecules), -1)[:, 0]
     else:
         mean, std = regressor.predict(molecules), np.full(len(molecules), np.nan)
+    domain = regressor.domain_scores(molecules)
     return [
         {"id": m.id, "smiles": m.smiles, "source": m.source, "target": regressor.target_, "unit": regressor.unit_,
-         "prediction": float(p), "std": None if np.isnan(s) else float(s)}
-        for m, p, s in zip(molecules, mean, std)
+         "prediction": float(p), "std": None if np.isnan(s) else float(s), "domain": float(d)}
+        for m, p, s, d in zip(molecules, mean, std, domain)
     ]
 
 
@@ -77,13 +79,17 @@ def write_predictions(out: Path, rows: list[dict[str, Any]], model: Path, result
 def print_predictions(rows: list[dict[str, Any]]) -> None:
     """The prediction rows as a table on stdout."""
     table = Table(title="Predictions")
-    for column in ("id", "SMILES", "target", "unit", "prediction", "std"):
-        table.add_column(column, justify="right" if column in ("prediction", "std") else "left")
+    for column in ("id", "SMILES", "target", "unit", "prediction", "std", "domain"):
+        table.add_column(column, justify="right" if column in ("prediction", "std", "domain") else "left")
     for row in rows:
         std = "-" if row["std"] is None else f"{row['std']:.4g}"
+        domain = f"{row['domain']:.3g}" + (" outside" if row["domain"] > 1 else "")
         table.add_row(*cells(row["id"], row["smiles"] or "-", row["target"] or "-", row["unit"] or "-",
-                             f"{row['prediction']:.6g}", std))
+                             f"{row['prediction']:.6g}", std, domain))
     stdout().print(table)
+    if any(row["domain"] > 1 for row in rows):
+        stdout().print("domain > 1: farther from every training environment than 99 % of the training molecules; "
+                       "treat the prediction with care")
 
 
 def predict(

@@ -80,7 +80,7 @@ def test_predict_prints_a_table_with_target_and_unit_and_writes_json(described_m
     out = tmp_path / "pred.json"
     result = CliRunner().invoke(app, ["predict", "--model", str(path), "--smiles", "CCO", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    for header in ("id", "SMILES", "target", "unit", "prediction", "std"):
+    for header in ("id", "SMILES", "target", "unit", "prediction", "std", "domain"):
         assert header in result.output
     assert "u0_atom" in result.output and "meV" in result.output
     document = json.loads(out.read_text())
@@ -88,6 +88,7 @@ def test_predict_prints_a_table_with_target_and_unit_and_writes_json(described_m
     mean, std = model.predict(read_smiles(["CCO"]).molecules, return_std=True)
     assert (row["id"], row["smiles"], row["target"], row["unit"]) == ("CCO", "CCO", "u0_atom", "meV")
     assert row["prediction"] == pytest.approx(float(mean[0]), rel=1e-12) and row["std"] == pytest.approx(float(std[0]), rel=1e-12)
+    assert row["domain"] == pytest.approx(float(model.domain_scores(read_smiles(["CCO"]).molecules)[0]), rel=1e-12)
     assert document["failures"] == [] and document["model"] == str(path)
 
 
@@ -97,7 +98,7 @@ def test_predict_csv_has_target_and_unit_columns(described_model, tmp_path):
     result = CliRunner().invoke(app, ["predict", "--model", str(path), "--smiles", "CCO", "CCN", "--out", str(out)])
     assert result.exit_code == 0, result.output
     table = pd.read_csv(out)
-    assert list(table.columns) == ["id", "smiles", "source", "target", "unit", "prediction", "std"]
+    assert list(table.columns) == ["id", "smiles", "source", "target", "unit", "prediction", "std", "domain"]
     assert list(table["target"]) == ["u0_atom"] * 2 and list(table["unit"]) == ["meV"] * 2
 
 

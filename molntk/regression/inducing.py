@@ -76,9 +76,12 @@ class InducingWeights:
         weights, _, was_1d = self._state("inducing_weights asked for before fit")
         return validation.restore(weights, was_1d)
 
-    def predict(self, K_tm: object) -> np.ndarray:
+    def predict(self, K_tm: object, *, return_std: bool = False) -> np.ndarray:
         """Mean prediction K_tm W, un-standardised, for the t test points of K_tm (t, m), the
-        kernel of the test points against the inducing points; (t,) or (t, k) like Y."""
+        kernel of the test points against the inducing points; (t,) or (t, k) like Y. There is
+        no predictive variance: ``return_std=True`` is an InputError saying so."""
+        if return_std:
+            raise InputError("return_std", f"{type(self).__name__} has no predictive variance; use the exact KernelRegressor")
         weights, scaler, was_1d = self._state("predict called before fit")
         cross = validation.matrix(K_tm, "K_tm")
         if cross.shape[1] != weights.shape[0]:

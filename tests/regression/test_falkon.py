@@ -385,6 +385,9 @@ def test_predict_before_fit_and_bad_test_kernel() -> None:
     with pytest.raises(InputError, match="12 columns") as err:
         model.predict(P["K_tm"][:, :5])
     assert err.value.source == "K_tm"
+    with pytest.raises(InputError, match="no predictive variance") as err:
+        model.predict(P["K_tm"], return_std=True)
+    assert err.value.source == "return_std"
 
 
 def test_fitted_arrays_round_trip_attributes_and_clone(tmp_path) -> None:

@@ -303,6 +303,9 @@ def test_predict_errors_and_zero_reg_with_low_rank() -> None:
     with pytest.raises(InputError, match="8 columns") as err:
         model.predict(P["K_tm"][:, :5])
     assert err.value.source == "K_tm"
+    with pytest.raises(InputError, match="no predictive variance") as err:
+        model.predict(P["K_tm"], return_std=True)
+    assert err.value.source == "return_std"
     with pytest.raises(InputError, match="rank") as err:  # n = 25 > r = 8: K̃ + 0·I is singular
         SparseKernelRegressor(reg=0.0).fit(P["K_nm"], P["K_mm"], P["Y"])
     assert err.value.source == "reg"

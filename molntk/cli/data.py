@@ -11,7 +11,7 @@ from rich.text import Text
 from molntk.cli.output import EXIT_FAILED, print_json, print_qm9_summary, print_read_result, stdout
 from molntk.data.molecule import element_number
 from molntk.data.qm9 import load_qm9, qm9_cache_dir, qm9_summary
-from molntk.data.readers import SUFFIXES, ReadResult, read_molecules, read_smiles
+from molntk.data.readers import ReadResult, names_molecule_file, read_molecules, read_smiles
 from molntk.errors import InputError
 
 app = typer.Typer(help="Datasets and molecule files.", no_args_is_help=True)
@@ -63,13 +63,6 @@ def _parse_elements(text: str | None) -> list[int] | None:
         raise typer.BadParameter(error.problem, param_hint="--elements") from None
 
 
-def split_smiles_arguments(arguments: list[str]) -> tuple[list[str], list[str]]:
-    """(paths, SMILES) of the positional arguments of ``data read --smiles A B``: existing
-    paths and names with a molecule-file suffix are paths, the rest SMILES strings."""
-    is_path = [Path(a).exists() or Path(a).suffix.lower() in SUFFIXES for a in arguments]
-    return [a for a, p in zip(arguments, is_path) if p], [a for a, p in zip(arguments, is_path) if not p]
-
-
 @app.command("read")
 def read(
     paths: Annotated[
@@ -102,9 +95,10 @@ def read(
     """
     if not paths and not smiles:
         raise typer.BadParameter("give at least one PATH or --smiles", param_hint="PATH")
-    if smiles:
-        paths, more = split_smiles_arguments(paths or [])
-        smiles = [*smiles, *more]
+    if smiles:  # with --smiles, a positional argument that names no file is one more SMILES
+        arguments = paths or []
+        paths = [a for a in arguments if names_molecule_file(a)]
+        smiles = [*smiles, *(a for a in arguments if not names_molecule_file(a))]
     allowed = _parse_elements(elements)
     options = {"allowed_elements": allowed} | ({} if seed is None else {"seed": seed})
     from_files = read_molecules(paths or (), add_hs=add_hs, **options)

@@ -45,6 +45,12 @@ SUFFIXES = (".xyz", ".extxyz", ".sdf", ".mol", ".smi", ".smiles")
 
 PathLike = str | os.PathLike
 
+
+def names_molecule_file(text: str) -> bool:
+    """Whether a string names a molecule file rather than being a SMILES string: it has a
+    suffix of :data:`SUFFIXES` or names an existing path."""
+    return os.path.splitext(text)[1].lower() in SUFFIXES or os.path.exists(text)
+
 #: A ``key=`` of the extended xyz comment line that marks a frame as extended xyz.
 _EXTXYZ_KEY = re.compile(r"(?:^|\s)(?:Properties|Lattice)=")
 

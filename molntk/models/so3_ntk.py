@@ -73,7 +73,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from molntk._version import __version__
 from molntk.data.molecule import Molecule
-from molntk.data.readers import SUFFIXES, ReadResult, read_molecules, read_smiles
+from molntk.data.readers import ReadResult, names_molecule_file, read_molecules, read_smiles
 from molntk.errors import InputError, ModelFileError
 from molntk.features.domain import EnvironmentDomain
 from molntk.features.environments import EnvironmentBatch, FeatureConfig
@@ -108,15 +108,10 @@ def _is_pyg(item: Any) -> bool:
     return type(item).__module__.startswith("torch_geometric")
 
 
-def _is_file(text: str) -> bool:
-    """Whether a string names a molecule file (a known suffix, or an existing file) rather than a SMILES."""
-    return os.path.splitext(text)[1].lower() in SUFFIXES or os.path.isfile(text)
-
-
 def as_molecules(X: Any, name: str = "X") -> list[Molecule]:
     """A list of :class:`Molecule` from one input or a sequence of them: molecules, ``ase.Atoms``,
-    torch-geometric ``Data``, file paths (``Path``, or a string with a molecule-file suffix
-    of :data:`~molntk.data.readers.SUFFIXES` or naming an existing file; every molecule of
+    torch-geometric ``Data``, file paths (``Path``, or a string that
+    :func:`~molntk.data.readers.names_molecule_file`; every molecule of
     the file, in order) and SMILES strings (any other string; embedded as in
     :func:`~molntk.data.readers.molecule_from_smiles`). A bad item is an
     :class:`InputError` naming it (``X[i]``) and the reader's reason."""
@@ -126,7 +121,7 @@ def as_molecules(X: Any, name: str = "X") -> list[Molecule]:
     for i, item in enumerate(X):
         if not isinstance(item, (Molecule, ase.Atoms, str, os.PathLike)) and not _is_pyg(item):
             raise InputError(f"{name}[{i}]", f"expected {ACCEPTED}, got {type(item).__name__}")
-        read: ReadResult = read_smiles([item]) if isinstance(item, str) and not _is_file(item) else read_molecules([item])
+        read: ReadResult = read_smiles([item]) if isinstance(item, str) and not names_molecule_file(item) else read_molecules([item])
         if read.failures:
             raise InputError(f"{name}[{i}]", read.failures[0].message)
         out.extend(read.molecules)

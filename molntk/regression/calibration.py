@@ -38,6 +38,7 @@ import scipy.linalg
 from molntk.errors import InputError
 from molntk.regression import validation
 from molntk.regression.ntk import ntk_filter
+from molntk.regression.selection import loo_residuals
 from molntk.regression.spectral import Eigensystem
 
 AMPLITUDES = ("loo", "ml", "none")
@@ -72,11 +73,8 @@ def eigen_amplitude(method: str, eig: Eigensystem, weights: np.ndarray, reg: flo
 def loo_predictive(eig: Eigensystem, Z: object, reg: float) -> tuple[np.ndarray, np.ndarray]:
     """Leave-one-out residuals r_i = [A⁻¹Z]_i / d_i ((n,) or (n, k) like Z) and the LOO
     predictive variances of y at σ_f² = 1, 1 / d_i (n,) (R&W eqs. 5.10–5.12)."""
-    reg = validation.nonnegative(reg, "reg")
-    Z2, was_1d = validation.targets(Z, "Z", rows=eig.n)
-    d = inverse_diagonal(eig, reg)
-    weights = eig.from_basis(ntk_filter(eig.values + reg)[:, None] * eig.to_basis(Z2))
-    return validation.restore(weights / d[:, None], was_1d), 1.0 / d
+    residuals = loo_residuals(eig, Z, reg)
+    return residuals, 1.0 / inverse_diagonal(eig, reg)
 
 
 def log_marginal_likelihood(eig: Eigensystem, Z: object, reg: float, amplitude: float) -> float | np.ndarray:

@@ -82,6 +82,12 @@ VARIANTS: dict[str, tuple[SO3ModelRecipe, int, str]] = {
         "cutoff 5 Å, 14 Gaussians, radial scaling 1/(1 + (r/2.5 Å)⁴), matched"),
     "radial16_matched": (dataclasses.replace(BASE, features=features(radial=gaussians(16, 3.0))), 4000,
                          "16 Gaussians to 3 Å, matched"),
+    "growth16_3A_matched": (dataclasses.replace(BASE, features=features(radial=GaussianBasis(
+        n=16, r_min=0.7, r_cut=3.0, width_growth=1.5))), 4000,
+        "16 Gaussians to 3 Å, widths and spacing growing like e^{r/1.5 Å} (0.05 Å at 0.7 Å, 0.4 Å at 3 Å), matched"),
+    "growth20_5A_scaling_matched": (dataclasses.replace(BASE, features=features(radial=GaussianBasis(
+        n=20, r_min=0.7, r_cut=5.0, width_growth=1.5, scaling_r0=2.5, scaling_power=4.0))), 4000,
+        "20 Gaussians to 5 Å, widths growing like e^{r/1.5 Å}, radial scaling 1/(1 + (r/2.5 Å)⁴), matched"),
     "smear0.5_matched": (dataclasses.replace(BASE, features=features(smearing_width=0.5)), 4000,
                          "smearing σ = 0.5 rad, matched"),
     "lift4_matched": (dataclasses.replace(BASE, layers="lift:4 erf pool dense", grid_band_limit=6), 4000,

@@ -13,6 +13,14 @@ over P atom pairs:
 
   centres μ_k = r_min + k (r_cut − r_min)/(n − 1) evenly spaced in [r_min, r_cut] (μ_0 = r_min
   when n = 1), width w = the centre spacing unless given (r_cut − r_min when n = 1).
+  With a width growth length ℓ the resolution coarsens with distance like the
+  distance-dependent densities of Wigner kernels (Bigi et al., JCP 161, 044116, 2024):
+  centres evenly spaced in t(r) = 1 − e^{−(r − r_min)/ℓ},
+
+      μ_k = r_min − ℓ ln(1 − k/(n − 1) · (1 − e^{−(r_cut − r_min)/ℓ})),   w_k = ℓ Δt e^{(μ_k − r_min)/ℓ},
+
+  Δt = (1 − e^{−(r_cut − r_min)/ℓ})/(n − 1), so each width is the local centre spacing
+  dμ/dk and both grow like e^{r/ℓ} (ℓ → ∞ gives the even grid).
   fc and its first derivative vanish at r_cut, so the features are continuous (even C¹)
   as a neighbour crosses the cutoff.
 - :class:`CoulombBasis` (``kind: coulomb``): the published reference's channels
@@ -69,7 +77,10 @@ class GaussianBasis:
     ``n``: number of Gaussians; ``width``: w in Å (``None``: the centre spacing
     (r_cut − r_min)/(n − 1), or r_cut − r_min when n = 1); ``scaling_r0`` r₀ in Å and
     ``scaling_power`` p of the radial scaling u(r) = 1/(1 + (r/r₀)^p) (``None``: u = 1), which
-    lets a long cutoff see far neighbours without letting them outweigh the near ones.
+    lets a long cutoff see far neighbours without letting them outweigh the near ones;
+    ``width_growth`` ℓ in Å (``None``: even spacing) places the centres and widths as in
+    the module docstring, fine near the centre and coarse far from it (``width`` must
+    then be ``None``).
     """
 
     n: int = 6
@@ -78,6 +89,7 @@ class GaussianBasis:
     width: float | None = None
     scaling_r0: float | None = None
     scaling_power: float = 4.0
+    width_growth: float | None = None
 
     kind: ClassVar[str] = "gaussian"
 
@@ -92,6 +104,10 @@ class GaussianBasis:
         if self.scaling_r0 is not None:
             object.__setattr__(self, "scaling_r0", check_float("gaussian radial basis scaling_r0", self.scaling_r0, positive=True))
         object.__setattr__(self, "scaling_power", check_float("gaussian radial basis scaling_power", self.scaling_power, positive=True))
+        if self.width_growth is not None:
+            object.__setattr__(self, "width_growth", check_float("gaussian radial basis width_growth", self.width_growth, positive=True))
+            if self.width is not None:
+                raise ValueError("gaussian radial basis: give width or width_growth, not both")
 
     @property
     def n_functions(self) -> int:
@@ -103,31 +119,41 @@ class GaussianBasis:
 
     @property
     def centres(self) -> np.ndarray:
-        """μ_k, evenly spaced in [r_min, r_cut] (shape (n,))."""
-        return np.linspace(self.r_min, self.r_cut, self.n)
+        """μ_k in [r_min, r_cut] (shape (n,)): evenly spaced, or evenly in 1 − e^{−(r − r_min)/ℓ}."""
+        if self.width_growth is None:
+            return np.linspace(self.r_min, self.r_cut, self.n)
+        span = -np.expm1(-(self.r_cut - self.r_min) / self.width_growth)
+        return self.r_min - self.width_growth * np.log1p(-np.linspace(0.0, span, self.n))
 
     @property
-    def sigma(self) -> float:
-        """The Gaussian width w in Å actually used."""
+    def sigma(self) -> float | np.ndarray:
+        """The Gaussian width w in Å actually used: one number, or w_k per centre with width growth."""
         if self.width is not None:
             return self.width
+        if self.width_growth is not None:
+            span = -np.expm1(-(self.r_cut - self.r_min) / self.width_growth)
+            step = span / max(self.n - 1, 1)
+            return self.width_growth * step * np.exp((self.centres - self.r_min) / self.width_growth)
         return (self.r_cut - self.r_min) / max(self.n - 1, 1)
 
     def __call__(self, r: Tensor, z_centre: Tensor, z_neighbour: Tensor) -> Tensor:
         """R_k(r_ab) for P pairs: shape (P, n). The atomic numbers are not used."""
         mu = torch.as_tensor(self.centres, dtype=r.dtype, device=r.device)
-        gauss = torch.exp(-((r[:, None] - mu) ** 2) / (2.0 * self.sigma**2))
+        width = torch.as_tensor(self.sigma, dtype=r.dtype, device=r.device)
+        gauss = torch.exp(-((r[:, None] - mu) ** 2) / (2.0 * width**2))
         envelope = cosine_cutoff(r, self.r_cut)
         if self.scaling_r0 is not None:
             envelope = envelope / (1.0 + (r / self.scaling_r0) ** self.scaling_power)
         return gauss * envelope[:, None]
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings; the radial scaling's only when it is on (so that settings, and the
+        """The settings; the radial scaling's and the width growth only when on (so that settings, and the
         block-cache keys made from them, of bases without it stay as they were)."""
         out = {"kind": self.kind, "n": self.n, "r_min": self.r_min, "r_cut": self.r_cut, "width": self.width}
         if self.scaling_r0 is not None:
             out.update(scaling_r0=self.scaling_r0, scaling_power=self.scaling_power)
+        if self.width_growth is not None:
+            out.update(width_growth=self.width_growth)
         return out
 
 

@@ -56,6 +56,7 @@ class DScribeSOAPKernel(MoleculeDescriptorKernel):
     n_jobs: int = 1
     block_size: int = field(default=1024, kw_only=True)
     name: ClassVar[str] = "soap-dscribe"
+    kernel_fields: ClassVar[frozenset[str]] = frozenset({"zeta"})
 
     def atom_descriptors(self, molecules: list[Molecule]) -> AtomDescriptors:
         """Normalised SOAP vectors of every atom (DScribe imported here)."""
@@ -88,6 +89,7 @@ class FCHL19Kernel(MoleculeDescriptorKernel):
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     block_size: int = field(default=1024, kw_only=True)
     name: ClassVar[str] = "fchl19"
+    kernel_fields: ClassVar[frozenset[str]] = frozenset({"sigma"})
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -25,6 +25,14 @@ from molntk.pipelines.qm9.sets import Composition
 from molntk.scale.devices import resolve_device
 
 
+#: Report name of each model → its key in the config's ``models`` section.
+CONFIG_KEYS = {
+    "so3-ntk": "so3_ntk", "mlp-ntk": "mlp_ntk", "augmented-mlp-ntk": "augmented_mlp_ntk",
+    "power-spectrum": "power_spectrum", "soap-dscribe": "soap", "fchl19": "fchl19",
+    "cm-laplacian": "coulomb_matrix", "bob-laplacian": "bag_of_bonds",
+}
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One hyperparameter setting of a model: report label, JSON parameters, its kernel, and

@@ -14,8 +14,8 @@ import torch
 
 from molntk.data.molecule import Molecule
 from molntk.features.environments import EnvironmentBatch, FeatureConfig, environment_features
-from molntk.molecular.descriptors import AtomDescriptors
 from molntk.features.inducing import concatenate, environments_as_molecules
+from molntk.molecular.descriptors import AtomDescriptors
 
 
 def molecule_fingerprint(molecules: Sequence[Molecule]) -> str:

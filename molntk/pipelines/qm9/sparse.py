@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 import torch
 
 from molntk.features.inducing import inducing_environments

@@ -39,7 +39,8 @@ def show_image_classification(config: ImageClassificationConfig, result: dict[st
 
 def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None:
     """Rich tables of a ``qm9-property`` result: per target, every model × n_train; then the
-    hyperparameter choices; then where the report and the saved models are."""
+    hyperparameter choices (marked "grid edge" when CV chose an end of the model's grid);
+    then where the report and the saved models are."""
     for target in config.targets:
         records = [r for r in result["records"] if r["target"] == target]
         unit = result["units"][target]
@@ -50,7 +51,8 @@ def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None
              ("fit_seconds", "fit s", ".2f"), ("predict_seconds", "predict s", ".2f")],
             title=f"{config.name}: {target} on {result['n_test']} test molecules ({result['device']}, {result['dtype']})",
         )
-    chosen = [r for r in result["search"] if r.get("chosen")]
+    chosen = [{**r, "candidate": r["candidate"] + (" (grid edge)" if r.get("hyperparameter_at_grid_edge") else "")}
+              for r in result["search"] if r.get("chosen")]
     print_results_table(chosen, [("model", "model", "s"), ("candidate", "chosen hyperparameters", "s"),
                                  ("cv_rmse", "CV RMSE", ".4g")], title="hyperparameters chosen on training data")
     failures = result.get("read_failures", [])

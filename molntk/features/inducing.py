@@ -13,21 +13,27 @@ environments as inducing set it is exact kernel ridge on Θ
 its own (:func:`environments_as_molecules`) makes those kernels ordinary molecular
 kernels, computed by the same code, blocks, cache and devices.
 
-Choice of the m environments (:func:`inducing_environments`), from the environments of
-the first ``pool`` molecules (the training molecules), per centre element e:
+Choice of the m environments (:func:`inducing_rows`, one rule for every local kernel),
+from the atoms of the first ``pool`` molecules (the training molecules), per centre
+element e:
 
 - m_e ∝ n_e (the element's share of the pool; largest remainders, at least one per
   element present when m allows, at most n_e);
-- ``"fps"``: farthest-point sampling in the rotation-invariant per-channel amplitudes
-  a_{c,l}(x) = (Σ_m f̂^l_{c,m}(x)²)^{1/2} (C · L numbers per environment): first the
-  environment of largest ‖a‖, then repeatedly the one farthest (Euclidean) from all
-  chosen so far, so rare environments are covered;
+- ``"fps"``: farthest-point sampling in the space the kernel compares atoms in: first the
+  atom of largest norm, then repeatedly the one farthest (Euclidean) from all chosen so
+  far, so rare environments are covered. For molntk's feature maps
+  (:func:`inducing_environments`) that space is the rotation-invariant per-channel
+  amplitudes a_{c,l}(x) = (Σ_m f̂^l_{c,m}(x)²)^{1/2} (C · L numbers per environment); a
+  baseline with descriptors of its own (FCHL19, SOAP) picks in its own descriptor space
+  (:func:`molntk.molecular.descriptors.inducing_atoms`);
 - ``"random"``: a seeded uniform sample without replacement.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -82,20 +88,32 @@ def farthest_points(points: Tensor, k: int) -> Tensor:
     return chosen
 
 
-def inducing_environments(
-    feats: EnvironmentBatch, m: int, *, method: str = "fps", seed: int = 0, pool: int | None = None
-) -> Tensor:
-    """Rows (ascending, into ``feats``) of m inducing environments from the environments of
-    the first ``pool`` molecules (all: None); see the module docstring."""
+class AtomRows(Protocol):
+    """Atoms of a list of molecules, one row each in molecule order (an
+    :class:`~molntk.features.environments.EnvironmentBatch`, or the per-atom descriptors of
+    :mod:`molntk.molecular`)."""
+
+    centre_numbers: Tensor
+    molecule_index: Tensor
+    n_molecules: int
+
+
+def inducing_rows(atoms: AtomRows, m: int, points: Callable[[Tensor], Tensor], *, method: str = "fps", seed: int = 0,
+                  pool: int | None = None) -> Tensor:
+    """Rows (ascending, into ``atoms``) of m inducing atoms among the atoms of the first
+    ``pool`` molecules (all: None): m_e per element by :func:`allocate`, then per element
+    ``"fps"`` (:func:`farthest_points` on ``points(rows)``, the float64 (k, d) vectors of
+    those rows in the space the atoms are compared in) or ``"random"`` (seeded, without
+    replacement)."""
     if method not in SELECTIONS:
         raise InputError("selection", f"must be one of {SELECTIONS}, got {method!r}")
     if not isinstance(m, int) or m < 1:
         raise InputError("environments", f"must be a whole number ≥ 1, got {m!r}")
-    pool = feats.n_molecules if pool is None else pool
-    if not 1 <= pool <= feats.n_molecules:
-        raise InputError("pool", f"must be between 1 and the {feats.n_molecules} molecules of the batch, got {pool}")
-    candidates = molecule_rows(feats.molecule_index, feats.n_molecules, np.arange(pool))[0].cpu()
-    numbers = feats.centre_numbers.cpu()[candidates]
+    pool = atoms.n_molecules if pool is None else pool
+    if not 1 <= pool <= atoms.n_molecules:
+        raise InputError("pool", f"must be between 1 and the {atoms.n_molecules} molecules of the batch, got {pool}")
+    candidates = molecule_rows(atoms.molecule_index, atoms.n_molecules, np.arange(pool))[0].cpu()
+    numbers = atoms.centre_numbers.cpu()[candidates]
     elements = sorted(int(e) for e in torch.unique(numbers))
     by_element = {e: candidates[numbers == e] for e in elements}
     quota = allocate({e: len(rows) for e, rows in by_element.items()}, m)
@@ -108,9 +126,21 @@ def inducing_environments(
         if method == "random":
             picked.append(rows[torch.from_numpy(rng.choice(len(rows), size=k, replace=False))])
         else:
-            amplitudes = channel_amplitudes(feats.coeffs[rows.to(feats.coeffs.device)].to(torch.float64), feats.config.band_limit)
-            picked.append(rows[farthest_points(amplitudes, k)])
+            picked.append(rows[farthest_points(points(rows), k)])
     return torch.sort(torch.cat(picked)).values
+
+
+def inducing_environments(
+    feats: EnvironmentBatch, m: int, *, method: str = "fps", seed: int = 0, pool: int | None = None
+) -> Tensor:
+    """Rows (ascending, into ``feats``) of m inducing environments from the environments of
+    the first ``pool`` molecules (all: None), by :func:`inducing_rows` in the channel
+    amplitudes (:func:`channel_amplitudes`); see the module docstring."""
+
+    def amplitudes(rows: Tensor) -> Tensor:
+        return channel_amplitudes(feats.coeffs[rows.to(feats.coeffs.device)].to(torch.float64), feats.config.band_limit)
+
+    return inducing_rows(feats, m, amplitudes, method=method, seed=seed, pool=pool)
 
 
 def environments_as_molecules(feats: EnvironmentBatch, rows: Tensor) -> EnvironmentBatch:

@@ -15,7 +15,7 @@ except the Laplacian kernels on global descriptors, K(M, M') = exp(−‖x(M) �
   (element / shared pairing, or the reference's padded atom-index layout);
 - :mod:`~molntk.molecular.baselines`: MLP, augmented MLP, power spectrum, SOAP, FCHL19, Laplacian;
 - :mod:`~molntk.molecular.sets`: :class:`MoleculeSet` (feature maps once per feature config),
-  :class:`InducingSet` (inducing environments of sparse models);
+  :class:`InducingSet` (inducing atoms of sparse models, by feature maps or per-atom descriptors);
 - :mod:`~molntk.molecular.descriptors`: :class:`AtomDescriptors`, :class:`GlobalDescriptors`;
 - :mod:`~molntk.molecular.blocks`: :class:`BlockKernelOf`, a kernel on a set as a block
   kernel of :mod:`molntk.scale` (cache key: kernel settings + molecule fingerprint).

@@ -1,5 +1,6 @@
 """Descriptors of the baselines: one vector per atom (:class:`AtomDescriptors`, for the
-atom-pair sums) or one per molecule (:class:`GlobalDescriptors`)."""
+atom-pair sums) or one per molecule (:class:`GlobalDescriptors`); and the inducing atoms of
+a sparse model in a baseline's own descriptor space (:func:`inducing_atoms`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import torch
 from torch import Tensor
 
 from molntk.data.molecule import Molecule
+from molntk.errors import InputError
 from molntk.features.environments import EnvironmentBatch, molecule_rows
+from molntk.features.inducing import inducing_rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +57,42 @@ class AtomDescriptors:
     def to(self, device: str) -> AtomDescriptors:
         """The same descriptors with every tensor on ``device``."""
         return AtomDescriptors(self.values.to(device), self.centre_numbers.to(device), self.molecule_index.to(device), self.n_molecules)
+
+    def atoms_as_molecules(self, rows: Tensor) -> AtomDescriptors:
+        """The descriptors of atoms ``rows`` (rows of ``values``), each a molecule of its own
+        (molecule j = row j): what a sparse model's inducing atoms are."""
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.values.device)
+        n_atoms = self.values.shape[0]
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n_atoms):
+            raise InputError("rows", f"must index the {n_atoms} atoms of the descriptors")
+        return AtomDescriptors(self.values[rows], self.centre_numbers[rows], torch.arange(rows.numel(), device=rows.device),
+                               int(rows.numel()))
+
+    def followed_by(self, other: AtomDescriptors) -> AtomDescriptors:
+        """The molecules of these descriptors, then those of ``other`` (same descriptor width)."""
+        if self.values.shape[1:] != other.values.shape[1:]:
+            raise InputError("other", f"has descriptors of shape {tuple(other.values.shape[1:])}, not {tuple(self.values.shape[1:])}")
+        return AtomDescriptors(
+            torch.cat([self.values, other.values]),
+            torch.cat([self.centre_numbers, other.centre_numbers]),
+            torch.cat([self.molecule_index, other.molecule_index + self.n_molecules]),
+            self.n_molecules + other.n_molecules,
+        )
+
+
+def inducing_atoms(descriptors: AtomDescriptors, m: int, *, method: str = "fps", seed: int = 0,
+                   pool: int | None = None) -> Tensor:
+    """Rows (ascending, into ``descriptors``) of m inducing atoms of the first ``pool``
+    molecules (None: all): per element in proportion to its atoms, by farthest-point
+    sampling on the descriptor vectors themselves (flattened, float64; for FCHL19 the FCHL19
+    vectors, for SOAP the normalised SOAP vectors) or at random with ``seed``
+    (:func:`~molntk.features.inducing.inducing_rows`)."""
+    values = descriptors.values
+
+    def points(rows: Tensor) -> Tensor:
+        return values[rows.to(values.device)].flatten(1).to(torch.float64)
+
+    return inducing_rows(descriptors, m, points, method=method, seed=seed, pool=pool)
 
 
 @dataclass(frozen=True, eq=False)

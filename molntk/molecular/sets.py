@@ -1,11 +1,12 @@
 """Molecule sets: molecules with their environment feature maps, computed once per
 :class:`~molntk.features.environments.FeatureConfig`, so that every kernel built on the same
-feature maps shares them; and inducing sets of sparse models."""
+feature maps shares them, and with the per-atom descriptors of baselines that compute their
+own (FCHL19, SOAP), computed once per descriptor setting; and inducing sets of sparse models."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,6 +15,7 @@ import torch
 from molntk.data.molecule import Molecule
 from molntk.features.environments import EnvironmentBatch, FeatureConfig, environment_features
 from molntk.features.inducing import concatenate, environments_as_molecules
+from molntk.molecular.descriptors import AtomDescriptors
 
 
 def molecule_fingerprint(molecules: Sequence[Molecule]) -> str:
@@ -29,18 +31,33 @@ def molecule_fingerprint(molecules: Sequence[Molecule]) -> str:
 @dataclass
 class MoleculeSet:
     """A list of molecules with their environment feature maps (in ``dtype`` on ``device``),
-    computed on first use per feature config."""
+    computed on first use per feature config, and per-atom descriptors, computed on first
+    use per descriptor key until :meth:`release_descriptors`."""
 
     molecules: list[Molecule]
     dtype: torch.dtype = torch.float64
     device: str = "cpu"
     _environments: dict[FeatureConfig, EnvironmentBatch] = field(default_factory=dict, repr=False)
+    _descriptors: dict[str, AtomDescriptors] = field(default_factory=dict, repr=False)
 
     def environments(self, config: FeatureConfig) -> EnvironmentBatch:
         """The environment feature maps of every molecule under ``config``."""
         if config not in self._environments:
             self._environments[config] = environment_features(self.molecules, config, dtype=self.dtype, device=self.device)
         return self._environments[config]
+
+    def descriptors(self, key: str, describe: Callable[[list[Molecule]], AtomDescriptors]) -> AtomDescriptors:
+        """``describe(molecules)``, the per-atom descriptors of every molecule, computed once
+        per ``key`` (a string naming everything they depend on: kernels whose settings differ
+        only in how they compare the descriptors share them)."""
+        if key not in self._descriptors:
+            self._descriptors[key] = describe(self.molecules)
+        return self._descriptors[key]
+
+    def release_descriptors(self) -> None:
+        """Forget the descriptors (GBs for SOAP at tens of thousands of molecules); a later
+        :meth:`descriptors` computes them again."""
+        self._descriptors.clear()
 
     def fingerprint(self) -> str:
         """SHA-256 of the molecules (:func:`molecule_fingerprint`) and the features' dtype (not the device)."""
@@ -52,11 +69,14 @@ class MoleculeSet:
 
 @dataclass
 class InducingSet:
-    """The inducing environments ``rows`` of ``molecules`` (each a molecule of its own,
-    :func:`~molntk.features.inducing.environments_as_molecules`) followed by the set's
-    molecules: a molecular kernel on it holds Θ(inducing, inducing) and Θ(molecule,
-    inducing) of a sparse model. Only kernels that describe molecules by their environment
-    feature maps (``environments``) can use it."""
+    """The inducing atoms ``rows`` of ``molecules`` (rows of their atoms in molecule order,
+    which are the rows of their environment feature maps and of their per-atom
+    descriptors), each a molecule of its own, followed by the set's molecules: a local
+    molecular kernel on it holds Θ(inducing, inducing) and Θ(molecule, inducing) of a
+    sparse model, Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(x_a, x_s). The atoms are described by
+    the feature maps (:meth:`environments`) or the descriptors (:meth:`descriptors`) of the
+    whole molecules, computed once for the set's molecules and indexed for the inducing
+    rows; kernels that describe whole molecules (``molecules``) cannot use it."""
 
     base: MoleculeSet
     rows: torch.Tensor
@@ -71,12 +91,19 @@ class InducingSet:
 
     @property
     def molecules(self) -> list[Molecule]:
-        raise TypeError("a sparse model needs a kernel over atom environments; this one describes whole molecules")
+        raise TypeError("a sparse model needs a kernel over atoms (feature maps or per-atom descriptors); "
+                        "this one describes whole molecules")
 
     def environments(self, config: FeatureConfig) -> EnvironmentBatch:
         """Feature maps of the inducing environments (one molecule each), then of the set's molecules."""
         feats = self.base.environments(config)
         return concatenate(environments_as_molecules(feats, self.rows), feats)
+
+    def descriptors(self, key: str, describe: Callable[[list[Molecule]], AtomDescriptors]) -> AtomDescriptors:
+        """Descriptors of the inducing atoms (one molecule each, rows of the set's own
+        descriptors, :meth:`MoleculeSet.descriptors`), then of the set's molecules."""
+        described = self.base.descriptors(key, describe)
+        return described.atoms_as_molecules(self.rows).followed_by(described)
 
     def fingerprint(self) -> str:
         """SHA-256 of the set's fingerprint and the inducing rows."""

@@ -36,6 +36,18 @@ def test_eigh_max_applies_to_the_exact_sizes_only(tmp_path):
     assert TASKS.load(str(config), ["regression.eigh_max=5", *sparse, "sparse.exact_up_to=5"]).regression.eigh_max == 5
 
 
+def test_sparse_descriptor_baselines_need_their_models_section(tmp_path):
+    """``sparse.models`` may list soap and fchl19, which are off unless ``models`` gives them."""
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    with pytest.raises(ConfigValidationError, match=r"sparse.models: lists 'fchl19', but models.fchl19 is null"):
+        TASKS.load(str(config), ["sparse.models=[fchl19]"])
+    with pytest.raises(ConfigValidationError, match="sparse.models"):
+        TASKS.load(str(config), ["sparse.models=[coulomb_matrix]"])  # a global descriptor: no atoms to induce on
+    loaded = TASKS.load(str(config), ["sparse.models=[fchl19, soap]", "models.fchl19={sigmas: [2.0]}", "models.soap={zetas: [2]}"])
+    assert loaded.sparse.models == ["fchl19", "soap"]
+
+
 def test_compute_section_is_validated(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(SMALL)

@@ -308,3 +308,31 @@ def test_sparse_solver_falkon_reports_its_iterations_beside_the_nystrom_solver(t
         else:
             assert record["solver"] == "sparse" and record["eigenvalues_clipped"] >= 0
     assert maes["falkon"] == pytest.approx(maes["nystrom"], rel=0.25), maes
+
+
+def test_sparse_fchl19_uses_the_sigma_chosen_for_the_exact_model(tmp_path):
+    """``sparse.models: [fchl19]``: the exact FCHL19 model up to n = 20, its sparse model on 30
+    inducing atoms at every size, with the σ cross-validation chose for the exact model; the
+    search row says whether that σ is an end of the grid [1, 2, 4]."""
+    config = tmp_path / "fchl19.yaml"
+    config.write_text(
+        "task: qm9-property\nlearning_curve: {n_train: [20, 40], n_test: 10, n_select: 20}\n"
+        "invariance: {n_molecules: 3, n_rotations: 2}\nkernel: {threads: 1}\n"
+        "models: {so3_ntk: null, mlp_ntk: null, augmented_mlp_ntk: null, power_spectrum: null, coulomb_matrix: null,\n"
+        "         bag_of_bonds: null, fchl19: {sigmas: [1.0, 2.0, 4.0]}}\n"
+        "sparse: {models: [fchl19], environments: 30, exact_up_to: 20}\n"
+        f"output: {tmp_path / 'out'}\ncache: false\n"
+    )
+    result = CliRunner().invoke(app, ["run", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)["result"]
+    records = {(r["model"], r["n_train"]): r for r in document["records"]}
+    assert set(records) == {("dressed-atom", 20), ("dressed-atom", 40), ("fchl19", 20), ("fchl19-sparse", 20), ("fchl19-sparse", 40)}
+    (chosen,) = [s for s in document["search"] if s["model"] == "fchl19" and s["chosen"]]
+    for n in (20, 40):
+        sparse = records[("fchl19-sparse", n)]
+        assert sparse["solver"] == "sparse" and sparse["n_inducing"] == 30 and math.isfinite(sparse["mae"])
+        assert sparse["hyperparameters"] == f"{chosen['candidate']}; 30 inducing environments (fps)"
+    assert records[("fchl19", 20)]["hyperparameters"] == chosen["candidate"]
+    assert chosen["hyperparameter_at_grid_edge"] == (chosen["params"]["sigma"] in (1.0, 4.0))
+    assert [k["model"] for k in document["kernel_seconds"]] == ["fchl19", "fchl19-sparse"]

@@ -11,6 +11,11 @@ are per-atom vectors; the molecular kernels are the element-resolved pair sums o
 - :class:`FCHL19Kernel`: qmllib's FCHL19 representation x_a (its default hyperparameters,
   overridable through ``options``), Gaussian kernel Σ_a Σ_b [Z_a = Z_b] exp(−‖x_a − x_b‖² / (2σ²))
   — qmllib's ``get_local_kernel``, the standard FCHL19 kernel-ridge model.
+
+The descriptors of a molecule set are computed once and shared by every ζ (σ) candidate
+(:meth:`~molntk.molecular.baselines.local.MoleculeDescriptorKernel.describe`); on an
+:class:`~molntk.molecular.sets.InducingSet` the inducing atoms are rows of them, so the
+sparse models compute Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(x_a, x_s) on the same descriptors.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class DScribeSOAPKernel(MoleculeDescriptorKernel):
     n_jobs: int = 1
     block_size: int = field(default=1024, kw_only=True)
     name: ClassVar[str] = "soap-dscribe"
+    kernel_fields: ClassVar[frozenset[str]] = frozenset({"zeta"})
 
     def atom_descriptors(self, molecules: list[Molecule]) -> AtomDescriptors:
         """Normalised SOAP vectors of every atom (DScribe imported here)."""
@@ -88,6 +94,7 @@ class FCHL19Kernel(MoleculeDescriptorKernel):
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     block_size: int = field(default=1024, kw_only=True)
     name: ClassVar[str] = "fchl19"
+    kernel_fields: ClassVar[frozenset[str]] = frozenset({"sigma"})
 
     def __post_init__(self) -> None:
         super().__post_init__()

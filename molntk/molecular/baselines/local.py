@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from torch import Tensor
@@ -110,10 +110,22 @@ class FeatureMapKernel(LocalKernel):
 
 @dataclass(frozen=True, kw_only=True)
 class MoleculeDescriptorKernel(LocalKernel):
-    """A local baseline with per-atom descriptors of its own, computed from the molecules."""
+    """A local baseline with per-atom descriptors of its own, computed from the molecules:
+    once per molecule set and :meth:`descriptor_key` (:meth:`MoleculeSet.descriptors`), so
+    candidates that differ only in ``kernel_fields`` share them, and a sparse model's
+    inducing atoms (:class:`InducingSet`) are rows of the set's descriptors."""
+
+    #: Fields of the environment kernel k, not of the descriptors (besides pairing, reduce, block_size).
+    kernel_fields: ClassVar[frozenset[str]] = frozenset()
 
     def describe(self, molecules: MoleculeSet | InducingSet | Molecule | Sequence[Molecule]) -> AtomDescriptors:
-        return self.atom_descriptors(as_molecule_set(molecules).molecules)
+        return as_molecule_set(molecules).descriptors(self.descriptor_key(), self.atom_descriptors)
+
+    def descriptor_key(self) -> str:
+        """The kernel's type and every field its descriptors depend on (all fields but
+        ``pairing``, ``reduce``, ``block_size`` and :attr:`kernel_fields`)."""
+        skip = {"pairing", "reduce", "block_size"} | self.kernel_fields
+        return f"{type(self).__name__}{[(f.name, getattr(self, f.name)) for f in fields(self) if f.name not in skip]!r}"
 
     @abstractmethod
     def atom_descriptors(self, molecules: list[Molecule]) -> AtomDescriptors:

@@ -25,15 +25,26 @@ from molntk.pipelines.qm9.sets import Composition
 from molntk.scale.devices import resolve_device
 
 
+#: Report name of each model → its key in the config's ``models`` section.
+CONFIG_KEYS = {
+    "so3-ntk": "so3_ntk", "mlp-ntk": "mlp_ntk", "augmented-mlp-ntk": "augmented_mlp_ntk",
+    "power-spectrum": "power_spectrum", "soap-dscribe": "soap", "fchl19": "fchl19",
+    "cm-laplacian": "coulomb_matrix", "bob-laplacian": "bag_of_bonds",
+}
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """One hyperparameter setting of a model: report label, JSON parameters, its kernel, and
-    whether the kernel is a quadrature (accurate to ``regression.psd_rtol``, not to rounding)."""
+    """One hyperparameter setting of a model: report label, JSON parameters, its kernel,
+    whether the kernel is a quadrature (accurate to ``regression.psd_rtol``, not to
+    rounding), and its value on the model's one-dimensional grid (ζ, FCHL19's σ, a
+    Laplacian's width factor; None for architectures, which have no order)."""
 
     label: str
     params: dict[str, Any]
     kernel: MolecularKernel
     quadrature: bool = False
+    grid_value: float | None = None
 
     @property
     def matrix(self) -> str:
@@ -109,7 +120,7 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
             out[name].append(Candidate(label, c.model_dump(), kernel, quadrature=name != "mlp-ntk"))
     if models.power_spectrum is not None:
         out["power-spectrum"] = [
-            Candidate(f"ζ={z}", {"zeta": z}, PowerSpectrumKernel(features, z, pairing=pairing, reduce=reduce))
+            Candidate(f"ζ={z}", {"zeta": z}, PowerSpectrumKernel(features, z, pairing=pairing, reduce=reduce), grid_value=z)
             for z in models.power_spectrum.zetas
         ]
     if models.soap is not None:
@@ -117,12 +128,12 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
         out["soap-dscribe"] = [
             Candidate(f"ζ={z}", {**soap.model_dump(exclude={"zetas"}), "zeta": z}, DScribeSOAPKernel(
                 r_cut=soap.r_cut, n_max=soap.n_max, l_max=soap.l_max, sigma=soap.sigma, zeta=z, pairing=pairing, reduce=reduce,
-                elements=elements))
+                elements=elements), grid_value=z)
             for z in soap.zetas
         ]
     if models.fchl19 is not None:
         out["fchl19"] = [
-            Candidate(f"σ={w:g}", {"sigma": w}, FCHL19Kernel(w, pairing=pairing, reduce=reduce, elements=elements))
+            Candidate(f"σ={w:g}", {"sigma": w}, FCHL19Kernel(w, pairing=pairing, reduce=reduce, elements=elements), grid_value=w)
             for w in models.fchl19.sigmas
         ]
     globals_ = (("cm-laplacian", models.coulomb_matrix, CoulombMatrix(n_max=composition.max_atoms)),
@@ -132,7 +143,7 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
             median = median_l1_width(descriptor(list(reference)))
             kernels = [LaplacianKernel(descriptor, f * median) for f in section.width_factors]
             out[name] = [
-                Candidate(f"σ={k.sigma:.3g} ({f:g}× median)", {"width_factor": f, "sigma": k.sigma}, k)
+                Candidate(f"σ={k.sigma:.3g} ({f:g}× median)", {"width_factor": f, "sigma": k.sigma}, k, grid_value=f)
                 for f, k in zip(section.width_factors, kernels)
             ]
     return out

@@ -332,8 +332,8 @@ class ComputeConfig(Section):
         return self
 
 
-#: QM9 models whose kernel is a sum over environment pairs: they have sparse versions.
-SPARSE_MODELS = ("so3_ntk", "mlp_ntk", "augmented_mlp_ntk", "power_spectrum")
+#: QM9 models whose kernel is a sum over atom pairs: they have sparse versions.
+SPARSE_MODELS = ("so3_ntk", "mlp_ntk", "augmented_mlp_ntk", "power_spectrum", "soap", "fchl19")
 
 
 class SparseConfig(Section):
@@ -343,7 +343,11 @@ class SparseConfig(Section):
     training molecules (``selection``: farthest-point ``fps`` or ``random`` with ``seed``,
     per element in proportion to its environments), λ by closed-form leave-one-out; it
     needs n × m kernel entries instead of n²/2 (:mod:`molntk.features.inducing`,
-    :mod:`molntk.regression.sparse`), with the candidate chosen for the exact model.
+    :mod:`molntk.regression.sparse`), with the candidate chosen for the exact model (the
+    SO(3) architecture, ζ, FCHL19's σ). The models on molntk's feature maps pick by
+    ``fps`` in the channel amplitudes of the feature maps; ``soap`` and ``fchl19`` pick in
+    their own descriptor space (normalised SOAP vectors, FCHL19 vectors), with
+    Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(x_a, x_s) on those descriptors.
     ``exact_up_to``: the exact models run only on training sizes up to this (null: all),
     so a learning curve can go on where only the sparse models reach. ``rank_rtol``:
     eigenvalues of Θ(inducing, inducing) below rank_rtol × the largest are dropped from

@@ -60,14 +60,29 @@ def fit_kernel_ridge(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, qu
     return KernelRegressor("ntk", reg=lam, solver=solver, pcg_tol=reg.pcg_tol, psd_rtol=reg.psd_rtol).fit(K, y)
 
 
+def at_grid_edge(candidates: Sequence[Candidate], best: int) -> bool | None:
+    """Whether the chosen candidate's ``grid_value`` is the smallest or largest of its
+    model's grid (the grid may be too narrow: a wider one could choose beyond it); None
+    when the candidates have no grid values or fewer than two distinct ones."""
+    values = [c.grid_value for c in candidates]
+    if None in values or len(set(values)) < 2:
+        return None
+    return values[best] in (min(values), max(values))
+
+
 def select_candidate(
     candidates: list[Candidate], selection: MoleculeSet, y: np.ndarray, config: QM9PropertyConfig, assembler: BlockAssembler,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Index of the candidate with the lowest CV error on the ``selection`` molecules
-    (targets ``y``), and the search table. Each candidate describes only the selection molecules, one candidate
-    at a time, so the losing candidates never hold descriptors of the whole run."""
+    (targets ``y``), and the search table: a row per candidate (CV RMSE, relative λ and
+    whether λ is at an end of its grid, ``at_grid_edge``); the chosen row says whether the
+    chosen hyperparameter is at an end of its model's grid (``hyperparameter_at_grid_edge``,
+    :func:`at_grid_edge`; None on the other rows). Each candidate describes only the
+    selection molecules, one candidate at a time, so the losing candidates never hold
+    descriptors of the whole run."""
     if len(candidates) == 1:
-        return 0, [{"candidate": candidates[0].label, "params": candidates[0].params, "cv_rmse": None, "chosen": True}]
+        return 0, [{"candidate": candidates[0].label, "params": candidates[0].params, "cv_rmse": None, "chosen": True,
+                    "hyperparameter_at_grid_edge": None}]
     rows = []
     for cand in candidates:
         selection_kernel = assembler.assemble(block_kernel(cand, selection), np.arange(len(y)))
@@ -83,8 +98,10 @@ def select_candidate(
             "kernel_seconds": float(selection_kernel.seconds.sum()),
         })
     best = int(np.argmin([row["cv_rmse"] for row in rows]))
+    edge = at_grid_edge(candidates, best)
     for i, row in enumerate(rows):
         row["chosen"] = i == best
+        row["hyperparameter_at_grid_edge"] = edge if i == best else None
     return best, rows
 
 

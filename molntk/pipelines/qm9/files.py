@@ -2,8 +2,9 @@
 
 Writes into ``results/<config name>/`` (or ``output``): ``report.json`` (records with
 ``model``, ``target``, ``n_train``, ``mae``, ``rmse``, ``r2``, ``unit``, ``fit_seconds``,
-``predict_seconds``, ``invariance_error``, …; plus the hyperparameter ``search`` and kernel
-times), ``metrics.csv``, ``learning_curve.png`` (log–log MAE against n_train, the 43 meV
+``predict_seconds``, ``invariance_error``, …; plus the hyperparameter ``search``, whose
+chosen rows flag ``hyperparameter_at_grid_edge`` when CV chose an end of a model's σ, ζ or
+width grid, and kernel times), ``metrics.csv``, ``learning_curve.png`` (log–log MAE against n_train, the 43 meV
 chemical-accuracy line for energies in meV; one file per target, suffixed with the
 target's name when there are several), ``parity.png`` (predicted against true at the
 largest n_train, one panel per model), ``calibration.png`` (for the models that give a

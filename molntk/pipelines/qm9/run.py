@@ -12,7 +12,7 @@ import torch
 from molntk.models import SO3NTKRegressor
 from molntk.molecular import MoleculeSet
 from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
-from molntk.pipelines.qm9.candidates import build_candidates, dtype_and_device
+from molntk.pipelines.qm9.candidates import CONFIG_KEYS, build_candidates, dtype_and_device
 from molntk.pipelines.qm9.config import FileDataConfig, QM9PropertyConfig, SO3Candidate
 from molntk.pipelines.qm9.evaluate import dressed_atom_records, residual_targets
 from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels
@@ -134,8 +134,8 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
                             config, source, SO3Candidate(**chosen.params), reduce, residual[target], sets.composition.elements, target,
                             sets.units[target], sets.train_molecules[:n], sets.train_targets[target][:n], shells.train)
                 shells.release()
-                del kernel  # its descriptors (GBs at large N) before the sparse model makes its own
-            if config.sparse is not None and name.replace("-", "_") in config.sparse.models:
+                del kernel  # its descriptors (GBs at large N; a baseline's own stay in sets.molecules for its sparse model)
+            if config.sparse is not None and CONFIG_KEYS[name] in config.sparse.models:
                 label = f"{name}{SUFFIX}-{reduce}"
                 sparse = sparse_kernels(chosen, sets, config.sparse, assembler, progress, label)
                 kernel_seconds.append({"model": name + SUFFIX, "reduce": reduce, "inducing": sparse.inducing_seconds,
@@ -145,4 +145,6 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
                 for target in targets:
                     records += sparse_records(config, sets, sparse, name, chosen, target, residual[target], predictions)
                 sparse.release()
+            for group in (selection, sets.molecules):
+                group.release_descriptors()  # a baseline's own descriptors serve this model only
     return records, search, predictions, kernel_seconds, models

@@ -2,13 +2,17 @@
 
 For a model listed in ``sparse.models``, with the candidate chosen for its exact version:
 
-1. m inducing environments are chosen among the environments of the largest training set
-   (:func:`~molntk.features.inducing.inducing_environments`; fixed for every training
-   size, so one kernel serves the whole learning curve);
+1. m inducing environments are chosen among the atoms of the largest training set
+   (:func:`inducing_atom_rows`; fixed for every training size, so one kernel serves the
+   whole learning curve): by farthest-point sampling in the space the model compares
+   atoms in, the channel amplitudes of molntk's feature maps
+   (:func:`~molntk.features.inducing.inducing_environments`) or, for FCHL19 and SOAP, their
+   own descriptors (:func:`~molntk.molecular.descriptors.inducing_atoms`);
 2. the block assembler computes Θ(inducing, inducing) (m × m, symmetric blocks) and
-   Θ(molecule, inducing) for every molecule of the run (training, test, rotated copies;
-   n × m), each inducing environment being a molecule of its own
-   (:class:`~molntk.molecular.sets.InducingSet`): blocks, cache, resume,
+   Θ(molecule, inducing) = Σ_{a∈M} [Z_a = Z_s] k(x_a, x_s) for every molecule of the run
+   (training, test, rotated copies; n × m), each inducing atom being a molecule of its own
+   (:class:`~molntk.molecular.sets.InducingSet`; a baseline's descriptors of the run's
+   molecules are computed once, for the choice and the kernel): blocks, cache, resume,
    GPUs and Dask as for the exact kernels;
 3. per target and training size n: the dressed-atom residual, then, on the first n rows,
    :class:`~molntk.regression.sparse.SparseKernelRegressor` (``sparse.solver: nystrom``, λ by
@@ -29,9 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from molntk.features.inducing import inducing_environments
 from molntk.molecular import InducingSet
+from molntk.molecular.baselines import MoleculeDescriptorKernel
+from molntk.molecular.descriptors import inducing_atoms
 from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
 from molntk.pipelines.qm9.candidates import Candidate, dtype_and_device
 from molntk.pipelines.qm9.config import QM9PropertyConfig, SparseConfig
@@ -74,12 +81,23 @@ class SparseKernels:
         return float(self.row_seconds[inside].sum())
 
 
+def inducing_atom_rows(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig) -> torch.Tensor:
+    """Step 1: rows of the ``sparse.environments`` inducing atoms among the atoms of the
+    training molecules, chosen in the space of the candidate's kernel: its own per-atom
+    descriptors for a baseline that has them (FCHL19, SOAP), else the channel amplitudes of
+    its feature maps."""
+    options = {"method": sparse.selection, "seed": sparse.seed, "pool": sets.n_train}
+    if isinstance(candidate.kernel, MoleculeDescriptorKernel):
+        return inducing_atoms(candidate.kernel.describe(sets.molecules), sparse.environments, **options)
+    return inducing_environments(sets.molecules.environments(candidate.kernel.features), sparse.environments, **options)
+
+
 def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, assembler: BlockAssembler,
                    progress: Progress | None, label: str) -> SparseKernels:
     """Steps 1–2 of the module docstring for the chosen ``candidate``."""
-    feats = sets.molecules.environments(candidate.kernel.features)
-    rows = inducing_environments(feats, sparse.environments, method=sparse.selection, seed=sparse.seed, pool=sets.n_train)
+    rows = inducing_atom_rows(candidate, sets, sparse)
     kernel = block_kernel(candidate, InducingSet(sets.molecules, rows))
+    sets.molecules.release_descriptors()  # the block kernel holds the inducing set's own copy
     m, n_train, n_test = len(rows), sets.n_train, sets.n_test
     assembly = assembler.assemble(
         kernel, np.arange(m), m + np.arange(len(sets.molecules)),

@@ -6,38 +6,38 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from molntk.pipelines.emergent.ising import loglog_slope
 from molntk.pipelines.files import save_figure
 
 
-def plot_width_convergence(path: Path, records: Sequence[dict[str, Any]], step: int, slope: float | None) -> Path:
-    """Ensemble mean and single members against the NTK prediction at ``step``, against width
-    (log-log), with the Monte Carlo floor √(Σ/E) and a 1/width guide."""
+def plot_width_convergence(path: Path, records: Sequence[dict[str, Any]], steps: Sequence[int]) -> Path:
+    """The ensemble mean against the NTK prediction, against width (log-log), at each of
+    ``steps`` (with its fitted slope); at the last of them also single members against the
+    NTK, the Monte Carlo floor √(Σ_t / E) and a 1/width guide."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = sorted((r for r in records if r["augmented"] and r["step"] == step), key=lambda r: r["width"])
-    widths = [r["width"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6.0, 4.2), dpi=120)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     try:
-        label = "ensemble mean vs NTK (in)" + ("" if slope is None else f", slope {slope:.2f}")
-        for key, text, style in [
-            ("mean_error", label, "o-"),
-            ("mean_error_ood", "ensemble mean vs NTK (ood)", "s--"),
-            ("mean_error_excess", "in, above the Monte Carlo floor", "^-."),
-            ("mc_floor", "Monte Carlo floor √(Σ_t / E)", ":"),
-            ("member_deviation", "single members vs NTK (in)", "D-"),
-        ]:
-            points = [(w, r[key]) for w, r in zip(widths, rows) if r[key] > 0]
-            if points:
-                ax.plot(*zip(*points), style, label=text, markerfacecolor="none")
-        first = rows[0]["mean_error"]
+        for i, step in enumerate(steps):
+            rows = sorted((r for r in records if r["augmented"] and r["step"] == step), key=lambda r: r["width"])
+            widths = [r["width"] for r in rows]
+            errors = [r["mean_error"] for r in rows]
+            slope = loglog_slope(widths, errors)
+            text = f"ensemble mean vs NTK, step {step}" + ("" if slope is None else f" (slope {slope:.2f})")
+            ax.plot(widths, errors, "o-", alpha=0.4 + 0.6 * (i + 1) / len(steps), label=text, markerfacecolor="none")
+        last = sorted((r for r in records if r["augmented"] and r["step"] == steps[-1]), key=lambda r: r["width"])
+        widths = [r["width"] for r in last]
+        ax.plot(widths, [r["member_deviation"] for r in last], "D--", label=f"single members vs NTK, step {steps[-1]}")
+        ax.plot(widths, [r["mc_floor"] for r in last], ":", label=f"Monte Carlo floor √(Σ_t / E), step {steps[-1]}")
+        first = last[0]["mean_error"]
         ax.plot(widths, [first * widths[0] / w for w in widths], color="grey", linewidth=1, label="∝ 1/width")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("hidden width")
-        ax.set_ylabel(f"relative RMS difference at step {step}")
+        ax.set_ylabel("relative RMS difference (in distribution)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()

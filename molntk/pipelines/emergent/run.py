@@ -63,7 +63,7 @@ def run_emergent_ising(config: EmergentIsingConfig, source: str, progress: Progr
             records += ensemble_records(run.to_cpu(), ntk[augmented], data, lattice, width=width, augmented=augmented)
             if progress is not None:
                 progress("ensembles", done + 1, len(runs))
-    summary = _summary(records, ens.widths, steps[-1])
+    summary = _summary(records, ens.widths, steps)
     extra = {
         "summary": summary,
         "learning_rate": lr,
@@ -80,7 +80,7 @@ def run_emergent_ising(config: EmergentIsingConfig, source: str, progress: Progr
         "train_seconds": train_seconds,
     }
     with result_set(out) as stage:
-        plot_width_convergence(stage / "width_convergence.png", records, steps[-1], summary["slope_mean_error"])
+        plot_width_convergence(stage / "width_convergence.png", records, _plotted_steps(steps))
         plot_orbit_std(stage / "orbit_std.png", records, ens.widths[-1])
         extra["wall_seconds"] = time.perf_counter() - start
         write_report(stage, config=config.to_dict(), records=records, extra=extra)
@@ -88,10 +88,22 @@ def run_emergent_ising(config: EmergentIsingConfig, source: str, progress: Progr
     return {"output": str(out), "summary": summary, "results": records, "wall_seconds": extra["wall_seconds"]}
 
 
-def _summary(records: list[dict[str, Any]], widths: list[int], step: int) -> dict[str, Any]:
+def _plotted_steps(steps: tuple[int, ...]) -> list[int]:
+    """Three recorded steps, early, middle and last, for the width plot."""
+    return sorted({steps[len(steps) // 3], steps[2 * len(steps) // 3], steps[-1]})
+
+
+def _augmented_at(records: list[dict[str, Any]], step: int) -> dict[int, dict[str, Any]]:
+    """Width → the augmented ensemble's record at ``step``."""
+    return {r["width"]: r for r in records if r["augmented"] and r["step"] == step}
+
+
+def _summary(records: list[dict[str, Any]], widths: list[int], steps: tuple[int, ...]) -> dict[str, Any]:
     """The headline numbers at the last recorded step: fitted log-log slopes against width,
-    and the orbit std of ensemble, member and NTK at the largest width."""
-    final = {r["width"]: r for r in records if r["augmented"] and r["step"] == step}
+    and the orbit std of ensemble, member and NTK at the largest width; and the slope of
+    the ensemble mean's error at every recorded step."""
+    step = steps[-1]
+    final = _augmented_at(records, step)
     errors = {key: [final[w][key] for w in widths] for key in ("mean_error", "mean_error_ood", "mean_error_excess")}
     top = final[widths[-1]]
     control = [r for r in records if not r["augmented"] and r["step"] == step]
@@ -103,6 +115,9 @@ def _summary(records: list[dict[str, Any]], widths: list[int], step: int) -> dic
         "slope_mean_error_excess": loglog_slope(widths, errors["mean_error_excess"]),
         "slope_member_deviation": loglog_slope(widths, [final[w]["member_deviation"] for w in widths]),
         "largest_width": widths[-1],
+        "slope_mean_error_by_step": {
+            str(s): loglog_slope(widths, [_augmented_at(records, s)[w]["mean_error"] for w in widths]) for s in steps
+        },
     }
     for name in ("in", "ood"):
         ratio = top[f"orbit_std_ensemble_{name}"] / top[f"orbit_std_member_{name}"]

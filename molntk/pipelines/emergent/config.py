@@ -33,12 +33,13 @@ class IsingNetworkConfig(Section):
 class IsingEnsembleConfig(Section):
     """``members`` networks per width, seeds ``seed`` … ``seed + members − 1`` (the same at
     every width); ``widths`` strictly increasing (at least two, for the fitted slope);
-    ``chunk``: members trained together (memory), null: all at once."""
+    ``chunk``: members trained together (null: all at once; on a CPU small chunks are faster,
+    their tensors are reused instead of freshly allocated every step)."""
 
-    widths: Annotated[list[Count], Field(min_length=2)] = [16, 32, 64, 128, 256]
-    members: Annotated[int, Field(strict=True, ge=2)] = 128
+    widths: Annotated[list[Count], Field(min_length=2)] = [16, 32, 64, 128, 256, 512]
+    members: Annotated[int, Field(strict=True, ge=2)] = 160
     seed: Seed = 0
-    chunk: Count | None = None
+    chunk: Count | None = 16
 
     @model_validator(mode="after")
     def _increasing(self) -> IsingEnsembleConfig:
@@ -53,7 +54,7 @@ class IsingTrainingConfig(Section):
     augmented and (if it runs) the un-augmented training set, the same for every run; predictions recorded at about ``records`` step counts, log-spaced from 1."""
 
     steps: Count = 150
-    lr_scale: Annotated[float, Field(gt=0, lt=2)] = 1.5
+    lr_scale: Annotated[float, Field(gt=0, lt=2)] = 1.0
     records: Annotated[int, Field(strict=True, ge=2)] = 10
 
 

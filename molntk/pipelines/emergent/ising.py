@@ -18,8 +18,10 @@ RMS over inputs and sites and Σ_s the NTK-GP variance:
 
 - ``mean_error`` (``_ood``): ⟨mean_E f_s - μ_s⟩ / ⟨μ_s⟩, the ensemble mean against the
   NTK prediction. Theory: a finite-width bias O(1/w) plus the Monte Carlo error of E members,
-  whose expected size ``mc_floor`` = √(mean Σ_s / E) / ⟨μ_s⟩ does not fall with w;
-- ``mean_error_excess`` = √max(mean_error² - mc_floor², 0): the part above that floor;
+  whose expected size does not fall with w: ``mc_floor`` = √(mean Σ_s / E) / ⟨μ_s⟩ at
+  infinite width, ``mc_error`` = √(mean s² / E) / ⟨μ_s⟩ from the members' sample variance s²;
+- ``mean_error_excess`` = √max(mean_error² - mc_error², 0): the bias, with the Monte Carlo
+  part taken out (mean_error² - mc_error² estimates the squared bias without bias itself);
 - ``member_deviation``: ⟨f_s - μ_s⟩ / ⟨μ_s⟩ over members, single networks against the NTK
   mean; it tends to ``ntk_gp_std`` = √(mean Σ_s) / ⟨μ_s⟩ (the spread of the initialisation
   that training does not remove), not to 0;
@@ -144,7 +146,7 @@ def ensemble_records(
         scale = {name: _rms(mu[r]) for name, r in rows.items()}
         error = {name: _rms(mean[r] - mu[r]) / scale[name] for name, r in rows.items()}
         gp_std = float(var[rows["in"]].mean().sqrt()) / scale["in"]
-        floor = gp_std / members**0.5
+        mc_error = float(pred[:, rows["in"]].var(dim=0).mean().div(members).sqrt()) / scale["in"]
         orbit_ensemble, orbit_members, orbit_ntk = aligned(mean, m, lattice), aligned(pred, m, lattice), aligned(mu, m, lattice)
         record = {
             "augmented": augmented,
@@ -154,8 +156,9 @@ def ensemble_records(
             "train_loss": float(run.train_loss[j].mean()),
             "mean_error": error["in"],
             "mean_error_ood": error["ood"],
-            "mc_floor": floor,
-            "mean_error_excess": max(error["in"] ** 2 - floor**2, 0.0) ** 0.5,
+            "mc_floor": gp_std / members**0.5,
+            "mc_error": mc_error,
+            "mean_error_excess": max(error["in"] ** 2 - mc_error**2, 0.0) ** 0.5,
             "member_deviation": _rms(pred[:, rows["in"]] - mu[rows["in"]]) / scale["in"],
             "ntk_gp_std": gp_std,
             "test_rmse_ensemble": _rms(orbit_ensemble["in"] - data.y_test),

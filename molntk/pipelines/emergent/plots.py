@@ -12,8 +12,9 @@ from molntk.pipelines.files import save_figure
 
 def plot_width_convergence(path: Path, records: Sequence[dict[str, Any]], steps: Sequence[int]) -> Path:
     """The ensemble mean against the NTK prediction, against width (log-log), at each of
-    ``steps`` (with its fitted slope); at the last of them also single members against the
-    NTK, the Monte Carlo floor √(Σ_t / E) and a 1/width guide."""
+    ``steps``, with its bias (the Monte Carlo part removed) and fitted slopes; at the last of
+    them also single members against the NTK, the Monte Carlo floor √(Σ_t / E) and a 1/width
+    guide."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -25,13 +26,19 @@ def plot_width_convergence(path: Path, records: Sequence[dict[str, Any]], steps:
             rows = sorted((r for r in records if r["augmented"] and r["step"] == step), key=lambda r: r["width"])
             widths = [r["width"] for r in rows]
             errors = [r["mean_error"] for r in rows]
-            slope = loglog_slope(widths, errors)
+            excess = [r["mean_error_excess"] for r in rows]
+            slope, slope_excess = loglog_slope(widths, errors), loglog_slope(widths, excess)
             text = f"ensemble mean vs NTK, step {step}" + ("" if slope is None else f" (slope {slope:.2f})")
-            ax.plot(widths, errors, "o-", alpha=0.4 + 0.6 * (i + 1) / len(steps), label=text, markerfacecolor="none")
+            color = f"C{i}"
+            ax.plot(widths, errors, "o-", color=color, label=text, markerfacecolor="none")
+            points = [(w, e) for w, e in zip(widths, excess) if e > 0]
+            if points:
+                text = "  its bias (Monte Carlo part removed)" + ("" if slope_excess is None else f", slope {slope_excess:.2f}")
+                ax.plot(*zip(*points), "^--", color=color, label=text, markerfacecolor="none")
         last = sorted((r for r in records if r["augmented"] and r["step"] == steps[-1]), key=lambda r: r["width"])
         widths = [r["width"] for r in last]
-        ax.plot(widths, [r["member_deviation"] for r in last], "D--", label=f"single members vs NTK, step {steps[-1]}")
-        ax.plot(widths, [r["mc_floor"] for r in last], ":", label=f"Monte Carlo floor √(Σ_t / E), step {steps[-1]}")
+        ax.plot(widths, [r["member_deviation"] for r in last], "D-.", color="k", label=f"single members vs NTK, step {steps[-1]}")
+        ax.plot(widths, [r["mc_floor"] for r in last], ":", color="k", label=f"Monte Carlo floor √(Σ_t / E), step {steps[-1]}")
         first = last[0]["mean_error"]
         ax.plot(widths, [first * widths[0] / w for w in widths], color="grey", linewidth=1, label="∝ 1/width")
         ax.set_xscale("log")

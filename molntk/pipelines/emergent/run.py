@@ -98,6 +98,11 @@ def _augmented_at(records: list[dict[str, Any]], step: int) -> dict[int, dict[st
     return {r["width"]: r for r in records if r["augmented"] and r["step"] == step}
 
 
+def _slopes(records: list[dict[str, Any]], widths: list[int], steps: tuple[int, ...], key: str) -> dict[str, float | None]:
+    """Step → the log-log slope of ``key`` against width (augmented ensembles)."""
+    return {str(s): loglog_slope(widths, [_augmented_at(records, s)[w][key] for w in widths]) for s in steps}
+
+
 def _summary(records: list[dict[str, Any]], widths: list[int], steps: tuple[int, ...]) -> dict[str, Any]:
     """The headline numbers at the last recorded step: fitted log-log slopes against width,
     and the orbit std of ensemble, member and NTK at the largest width; and the slope of
@@ -115,9 +120,8 @@ def _summary(records: list[dict[str, Any]], widths: list[int], steps: tuple[int,
         "slope_mean_error_excess": loglog_slope(widths, errors["mean_error_excess"]),
         "slope_member_deviation": loglog_slope(widths, [final[w]["member_deviation"] for w in widths]),
         "largest_width": widths[-1],
-        "slope_mean_error_by_step": {
-            str(s): loglog_slope(widths, [_augmented_at(records, s)[w]["mean_error"] for w in widths]) for s in steps
-        },
+        "slope_mean_error_by_step": _slopes(records, widths, steps, "mean_error"),
+        "slope_mean_error_excess_by_step": _slopes(records, widths, steps, "mean_error_excess"),
     }
     for name in ("in", "ood"):
         ratio = top[f"orbit_std_ensemble_{name}"] / top[f"orbit_std_member_{name}"]

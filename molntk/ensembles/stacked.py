@@ -44,9 +44,6 @@ class StackedEnsemble:
         self.buffers: dict[str, Tensor] = buffers
         self._base = copy.deepcopy(members[0]).to("meta")  # the architecture, without storage
 
-    def __len__(self) -> int:
-        return len(self.seeds)
-
     def _member(self, params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor) -> Tensor:
         return functional_call(self._base, (params, buffers), (x,))
 

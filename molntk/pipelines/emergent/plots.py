@@ -43,6 +43,8 @@ def plot_width_convergence(path: Path, records: Sequence[dict[str, Any]], steps:
         ax.plot(widths, [first * widths[0] / w for w in widths], color="grey", linewidth=1, label="∝ 1/width")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.set_xticks(widths, [str(w) for w in widths], minor=False)
+        ax.set_xticks([], minor=True)
         ax.set_xlabel("hidden width")
         ax.set_ylabel("relative RMS difference (in distribution)")
         ax.grid(True, which="both", alpha=0.3)
@@ -70,9 +72,12 @@ def plot_orbit_std(path: Path, records: Sequence[dict[str, Any]], width: int) ->
                 if not rows:
                     continue
                 steps = [r["step"] for r in rows]
-                for key, text, marker in [("ensemble", "ensemble", "o"), ("member", "single members", "s"), ("ntk", "NTK", "^")]:
-                    values = [max(r[f"orbit_std_{key}_{name}"], 1e-17) for r in rows]
-                    ax.plot(steps, values, linestyle=style, marker=marker, markerfacecolor="none", label=f"{text} ({tag})")
+                for key, text, marker, color in [
+                    ("ensemble", "ensemble", "o", "C0"), ("member", "single members", "s", "C1"), ("ntk", "NTK", "^", "C2")
+                ]:
+                    values = [max(r[f"orbit_std_{key}_{name}"], 1e-17) for r in rows]  # an exact 0 on the log axis
+                    ax.plot(steps, values, linestyle=style, marker=marker, color=color, markerfacecolor="none",
+                            label=f"{text} ({tag})")
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlabel("gradient-descent step")

@@ -89,8 +89,9 @@ def run_emergent_ising(config: EmergentIsingConfig, source: str, progress: Progr
 
 
 def _plotted_steps(steps: tuple[int, ...]) -> list[int]:
-    """Three recorded steps, early, middle and last, for the width plot."""
-    return sorted({steps[len(steps) // 3], steps[2 * len(steps) // 3], steps[-1]})
+    """Three recorded steps for the width plot: the middle one (of the log-spaced records),
+    the one at three quarters and the last."""
+    return sorted({steps[len(steps) // 2], steps[3 * len(steps) // 4], steps[-1]})
 
 
 def _augmented_at(records: list[dict[str, Any]], step: int) -> dict[int, dict[str, Any]]:

@@ -1,6 +1,6 @@
 """Finite ensembles (molntk.ensembles): the stacked forward equals each member's, members
-train independently, learning rates and record steps, and the ensemble mean approaches the
-NTK prediction as the width grows."""
+train independently, learning rates and record steps, the ensemble mean approaches the
+NTK prediction as the width grows and the members' spread is the NTK-GP variance."""
 
 from __future__ import annotations
 
@@ -78,11 +78,15 @@ def test_ensemble_mean_approaches_the_ntk_prediction_as_width_grows():
     lr, steps = kernel_learning_rate(train.ntk.numpy(), 1.0), 10
     dyn = NTKDynamics.fit(train.ntk, y, nngp_train=train.nngp, lr=lr / len(x))
     mu = dyn.mean(cross.ntk, steps=steps)
+    variance = dyn.variance(cross.ntk, cross.nngp, cross.self1, steps=steps)
     scale = np.sqrt(np.mean(mu**2))
-    floor = np.sqrt(dyn.variance(cross.ntk, cross.nngp, cross.self1, steps=steps).mean() / 600) / scale
+    floor = np.sqrt(variance.mean() / 600) / scale
     errors = []
     for width in (4, 64):
         run = train_ensemble(lambda s: net.finite((1, 2, 2), width, seed=s), range(600), x, y, x_test, lr=lr, record=[steps])
         errors.append(np.sqrt(np.mean((run.predictions[0].mean(0).numpy() - mu) ** 2)) / scale)
     assert errors[1] < 0.5 * errors[0]
     assert errors[1] < 4 * floor  # at width 64 the error is down near the Monte Carlo floor
+    # the members' spread after s steps is the NTK-GP variance Σ_s: a sample variance of 600
+    # draws is within √(2/600) ≈ 6 % (one std) of its mean; measured 1–6 % at width 64
+    np.testing.assert_allclose(run.predictions[0].var(0).numpy()[:, 0], variance, rtol=0.2)

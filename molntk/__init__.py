@@ -2,8 +2,10 @@
 
 Data flow: :mod:`molntk.data` (molecules, QM9) → :mod:`molntk.features` (spherical
 feature maps) → :mod:`molntk.kernels` (NTK/NNGP recursions) → :mod:`molntk.molecular`
-(molecular kernels and baselines) → :mod:`molntk.regression` (kernel regression) →
-:mod:`molntk.models` (end-to-end models: :class:`~molntk.models.SO3NTKRegressor`) →
+(molecular kernels and baselines) → :mod:`molntk.regression` (kernel regression, the NTK
+predictor at training time t) → :mod:`molntk.ensembles` (finite networks trained by gradient
+descent, against it) → :mod:`molntk.models` (end-to-end models:
+:class:`~molntk.models.SO3NTKRegressor`) →
 :mod:`molntk.scale` (kernel matrices in blocks: cache, GPUs, Dask) → :mod:`molntk.pipelines`
 (configured jobs that return data and write files) → :mod:`molntk.cli` (the ``molntk``
 command; the only place that prints). The mathematics: docs/mathematics.md.

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from molntk.cli.output import print_qm9_summary, print_results_table, stdout
+from molntk.pipelines.emergent import EmergentIsingConfig
 from molntk.pipelines.images import ImageClassificationConfig
 from molntk.pipelines.qm9 import QM9PropertyConfig
 from molntk.pipelines.qm9_summary import QM9SummaryConfig
@@ -65,9 +66,42 @@ def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None
         print(f"model ({target}): {path}")
 
 
+#: Columns of the emergent-ising table (last recorded step): (record key, header, format).
+EMERGENT_COLUMNS = [
+    ("augmented", "augmented", ""),
+    ("width", "width", "d"),
+    ("mean_error", "ens. mean vs NTK", ".3g"),
+    ("mean_error_excess", "its bias", ".3g"),
+    ("mc_error", "MC error", ".3g"),
+    ("member_deviation", "member vs NTK", ".3g"),
+    ("orbit_std_ensemble_in", "orbit std ens. (in)", ".3g"),
+    ("orbit_std_member_in", "member (in)", ".3g"),
+    ("orbit_std_ensemble_ood", "ens. (ood)", ".3g"),
+    ("orbit_std_member_ood", "member (ood)", ".3g"),
+    ("test_rmse_ensemble", "test RMSE", ".3f"),
+]
+
+
+def show_emergent_ising(config: EmergentIsingConfig, result: dict[str, Any]) -> None:
+    """The records of the last recorded step as a table, the fitted slope and orbit-std
+    ratio, then where the files are."""
+    summary = result["summary"]
+    last = [r for r in result["results"] if r["step"] == summary["step"]]
+    print_results_table(last, EMERGENT_COLUMNS, f"{config.name}: step {summary['step']}, {last[0]['members']} members per width")
+    slopes = [summary["slope_mean_error"], summary["slope_mean_error_excess"]]
+    raw, bias = ("n/a" if s is None else format(s, ".2f") for s in slopes)
+    stdout().print(
+        f"ensemble mean vs NTK: log-log slope {raw} against width ({bias} for its bias); "
+        f"orbit std ensemble / member at width {summary['largest_width']}: "
+        f"{summary['orbit_ratio_in']:.3f} (in), {summary['orbit_ratio_ood']:.3f} (ood)"
+    )
+    stdout().print(f"{result['wall_seconds']:.1f} s; report, metrics.csv and plots in {result['output']}/")
+
+
 #: Task name → how its result is printed; every task of :data:`molntk.pipelines.tasks.TASKS` has one.
 SHOW: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "qm9-summary": show_qm9_summary,
     "image-classification": show_image_classification,
     "qm9-property": show_qm9_property,
+    "emergent-ising": show_emergent_ising,
 }

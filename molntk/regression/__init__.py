@@ -9,8 +9,10 @@ works like ``KernelRidge(kernel="precomputed")``: ``fit(K_train, y)``, ``predict
 
 - :mod:`~molntk.regression.spectral`: one eigendecomposition of the train kernel, condition
   numbers, eigenvalue clipping;
-- :mod:`~molntk.regression.ntk`: NTK mean μ_t at training time t (and t = ∞) and the NTK-GP
-  variance Σ_t;
+- :mod:`~molntk.regression.ntk`: NTK mean μ_t at training time t (and t = ∞, or after s
+  gradient-descent steps) and the NTK-GP variance Σ_t;
+- :mod:`~molntk.regression.dynamics`: :class:`NTKDynamics`, μ_t and Σ_t at many times from the
+  kernel matrices of any library kernel (one entry point);
 - :mod:`~molntk.regression.gp`: NNGP posterior mean and variance;
 - :mod:`~molntk.regression.selection`: λ by closed-form LOO, exact k-fold, or GCV;
 - :mod:`~molntk.regression.scaling`: per-target standardisation;
@@ -34,6 +36,7 @@ works like ``KernelRidge(kernel="precomputed")``: ``fit(K_train, y)``, ``predict
 
 from molntk.regression.calibration import UncalibratedWarning
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
+from molntk.regression.dynamics import NTKDynamics, kernel_matrices
 from molntk.regression.estimator import KernelRegressor, PCGConvergenceWarning
 from molntk.regression.falkon import FalkonConvergenceWarning, FalkonRegressor
 from molntk.regression.gp import nngp_posterior, nngp_variance
@@ -59,6 +62,7 @@ __all__ = [
     "FalkonRegressor",
     "IllConditionedWarning",
     "KernelRegressor",
+    "NTKDynamics",
     "PCGConvergenceWarning",
     "SparseKernelRegressor",
     "TargetScaler",
@@ -69,6 +73,7 @@ __all__ = [
     "element_counts",
     "fold_ids",
     "gcv_score",
+    "kernel_matrices",
     "kfold_residuals",
     "loo_residuals",
     "mae",

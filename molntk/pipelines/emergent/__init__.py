@@ -1,0 +1,31 @@
+"""``task: emergent-ising``: emergent equivariance of augmented deep ensembles.
+
+Theory (Gerken & Kessel, ICML 2024; docs/mathematics.md §4): networks trained on the full
+orbits of their data under a group G have, at infinite width, a mean prediction over
+initialisations equal at every training time to the NTK prediction μ_t of the augmented
+data, which is the prediction of the orbit-averaged (GCNN) kernel and exactly
+G-equivariant, on and off the data; single networks are not equivariant, the ensemble mean
+becomes so as width and ensemble size grow.
+
+The experiment (:mod:`~molntk.pipelines.emergent.ising`): one-hidden-layer MLPs on the 2-d
+Ising model, targets the local energies, G = C4 lattice rotations; ensembles of
+``ensemble.members`` networks per width trained by full-batch gradient descent
+(:mod:`molntk.ensembles`) with the NTK's learning rate; against width: the ensemble mean's
+distance from μ_t (fitted log-log slope); over training: the relative orbit std of the
+ensemble, its members and μ_t, in distribution (±1 spins) and out of it (N(0, 1) spins);
+optionally the same largest width trained without augmentation.
+
+Files in the output folder (:mod:`molntk.pipelines.files`): ``report.json`` (one record per
+augmentation × width × recorded step, the ``summary``, learning rate, seeds, timings),
+``config.yaml``, ``metrics.csv``, ``width_convergence.png`` and ``orbit_std.png``.
+
+Modules: :mod:`~molntk.pipelines.emergent.config` (the schema),
+:mod:`~molntk.pipelines.emergent.ising` (data, NTK prediction, measures),
+:mod:`~molntk.pipelines.emergent.plots`, :mod:`~molntk.pipelines.emergent.run`
+(``run_emergent_ising``).
+"""
+
+from molntk.pipelines.emergent.config import EmergentIsingConfig
+from molntk.pipelines.emergent.run import run_emergent_ising
+
+__all__ = ["EmergentIsingConfig", "run_emergent_ising"]

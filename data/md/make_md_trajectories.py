@@ -21,6 +21,12 @@ import time
 from molntk.data.md import MD_MOLECULES, MDSettings, md_cache_dir, md_trajectory, write_trajectory
 
 
+def _report(name: str, done: int, total: int, started: float) -> None:
+    """A progress line at every tenth of the frames."""
+    if done % max(total // 10, 1) == 0:
+        print(f"{name}: {done}/{total} frames, {time.perf_counter() - started:.0f} s", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     defaults = MDSettings()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -39,7 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out if args.out is not None else md_cache_dir()
     for name in args.molecules:
         started = time.perf_counter()
-        trajectory = md_trajectory(f"{name}{args.name_suffix}", MD_MOLECULES[name], settings)
+        trajectory = md_trajectory(f"{name}{args.name_suffix}", MD_MOLECULES[name], settings,
+                                   progress=lambda done, total, name=name: _report(name, done, total, started))
         path = write_trajectory(trajectory, out)
         timings = ", ".join(f"{key} {value:.1f}" for key, value in trajectory.timings.items())
         print(f"{name}: {len(trajectory.frames)} frames in {time.perf_counter() - started:.1f} s ({timings}) -> {path}", flush=True)

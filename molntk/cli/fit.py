@@ -33,7 +33,7 @@ from molntk.pipelines.tasks import TASKS
 def fit(
     config: Annotated[str | None, typer.Argument(metavar="[CONFIG]", help="A 'qm9-property' YAML configuration file.",
                                                  show_default=False)] = None,
-    data: Annotated[Path | None, typer.Option("--data", help="A labelled file (extxyz/xyz, SDF, CSV, ASE .db) instead of CONFIG.",
+    data: Annotated[Path | None, typer.Option("--data", help="A labelled file (extxyz/xyz, SDF, CSV, ASE .db, MD17/rMD17 .npz) instead of CONFIG.",
                                               show_default=False)] = None,
     target: Annotated[str | None, typer.Option("--target", help="With --data: the value key to learn.", show_default=False)] = None,
     unit: Annotated[str, typer.Option("--unit", help="With --data: the target's unit.")] = "unknown",

@@ -12,7 +12,17 @@
   (relative to the table's folder; each file holds one molecule), plus value columns;
   an empty cell is a missing value;
 * ``.db``: an ASE database (``ase.db``); a row's values are its ``key_value_pairs``, its
-  ``data`` entries and its calculator's scalar results.
+  ``data`` entries and its calculator's scalar results;
+* ``.npz``: an MD17 or rMD17 trajectory (:func:`~molntk.data.md17.read_md17_npz`); each
+  frame's one value is ``energy`` (eV, converted from kcal/mol).
+
+Forces: with ``forces=True`` each molecule also gets its per-atom forces (shape
+``(n_atoms, 3)``), in :attr:`LabelledData.forces`: the ``forces`` of an extended xyz frame
+(ASE's per-atom ``forces`` column, which ASE's writers use for a calculator's forces) or
+of an ASE database row's calculator, in the file's units (eV/Å by ASE's convention), and
+the forces of an MD17/rMD17 frame converted from kcal/mol/Å to eV/Å. An item without
+forces, or with forces of the wrong shape or not finite, is then a failure; SDF and CSV
+files carry no forces.
 
 A value is a target value when it is a real number (a number, or text that parses as
 one; booleans are not). Each molecule whose target values are all present, numeric and
@@ -36,6 +46,7 @@ import ase.io
 import numpy as np
 import pandas as pd
 
+from molntk.data.md17 import read_md17_npz
 from molntk.data.molecule import Molecule
 from molntk.data.readers import (
     DEFAULT_SEED,
@@ -55,7 +66,10 @@ LABELLED_SUFFIXES: dict[str, tuple[str, ...]] = {
     "sdf": (".sdf", ".mol"),
     "csv": (".csv",),
     "ase-db": (".db",),
+    "md17-npz": (".npz",),
 }
+#: The formats that can carry per-atom forces.
+FORCE_FORMATS = ("xyz", "ase-db", "md17-npz")
 #: Values a split key may take.
 SPLIT_VALUES = ("train", "test")
 #: Columns a CSV table's SMILES column may be called when ``smiles_column`` is not given.
@@ -67,7 +81,9 @@ class LabelledData:
     """Molecules read from a labelled file, their target values, and a failure per bad item.
 
     ``targets[name][i]`` is the value of target ``name`` for ``molecules[i]`` (float64);
-    ``split[i]`` is ``"train"`` or ``"test"`` when a split key was read, else ``split`` is None.
+    ``split[i]`` is ``"train"`` or ``"test"`` when a split key was read, else ``split`` is None;
+    ``forces[i]`` (shape ``(n_atoms, 3)``, eV/Å) are the forces on the atoms of
+    ``molecules[i]`` when forces were read, else ``forces`` is None.
     """
 
     source: str
@@ -75,6 +91,7 @@ class LabelledData:
     targets: dict[str, np.ndarray] = field(default_factory=dict)
     failures: list[ReadFailure] = field(default_factory=list)
     split: tuple[str, ...] | None = None
+    forces: list[np.ndarray] | None = None
 
     @property
     def ok(self) -> bool:
@@ -90,12 +107,14 @@ class LabelledData:
 
 
 class _Record(NamedTuple):
-    """One item of a labelled file: its molecule (or error), its values, and how to name it."""
+    """One item of a labelled file: its molecule (or error), its values, how to name it,
+    and its per-atom forces when the file has them."""
 
     item: Molecule | InputError
     values: Mapping[str, Any]
     what: str
     line: int | None = None
+    forces: np.ndarray | None = None
 
 
 def _as_number(value: Any) -> float | None:
@@ -119,6 +138,15 @@ def _calculator_values(atoms: ase.Atoms) -> dict[str, Any]:
     """The scalar results ASE keeps on an ``Atoms``' calculator (``energy``, ``free_energy``, …)."""
     results = getattr(atoms.calc, "results", None) or {}
     return {key: value for key, value in results.items() if np.ndim(value) == 0}
+
+
+def _atoms_forces(atoms: ase.Atoms) -> np.ndarray | None:
+    """The forces ASE holds for ``atoms``: its calculator's ``forces`` result, else a per-atom
+    ``forces`` array; None when there are none."""
+    results = getattr(atoms.calc, "results", None) or {}
+    if "forces" in results:
+        return results["forces"]
+    return atoms.arrays.get("forces")
 
 
 # --------------------------------------------------------------------------- formats
@@ -146,7 +174,7 @@ def _xyz_records(path: Path) -> Iterator[_Record]:
             item: Molecule | InputError = molecule_from_atoms(atoms, source=source, default_id=default_id)
         except InputError as err:
             item = InputError(source, f"{what}: {err.problem}")
-        yield _Record(item, {**atoms.info, **_calculator_values(atoms)}, what)
+        yield _Record(item, {**atoms.info, **_calculator_values(atoms)}, what, forces=_atoms_forces(atoms))
     if error is not None:
         problem = f"frame {len(frames)} and after: not valid (extended) xyz ({type(error).__name__}: {error})"
         yield _Record(InputError(source, problem), {}, f"frame {len(frames)}")
@@ -236,7 +264,21 @@ def _db_records(path: Path) -> Iterator[_Record]:
             item: Molecule | InputError = molecule_from_atoms(atoms, source=source, default_id=f"{path.stem}#{row.id}")
         except InputError as err:
             item = InputError(source, f"{what}: {err.problem}")
-        yield _Record(item, values, what)
+        yield _Record(item, values, what, forces=_atoms_forces(atoms))
+
+
+def _npz_records(path: Path) -> Iterator[_Record]:
+    """Frames of an MD17/rMD17 trajectory: ``energy`` (eV) and forces (eV/Å) of each."""
+    frames = read_md17_npz(path)
+    source = str(path)
+    for index in range(len(frames)):
+        what = f"frame {index}"
+        try:
+            item: Molecule | InputError = Molecule(frames.numbers, frames.positions[index],
+                                                   id=f"{path.stem}#{index}", source=source)
+        except InputError as err:
+            item = InputError(source, f"{what}: {err.problem}")
+        yield _Record(item, {"energy": float(frames.energies[index])}, what, forces=frames.forces[index])
 
 
 def labelled_format(path: PathLike) -> str:
@@ -269,9 +311,28 @@ def _check_keys(source: str, wanted: Sequence[str], available: Sequence[str], wh
         raise InputError(source, f"no {what} {', '.join(repr(k) for k in missing)} in the file; its keys: {have}")
 
 
+def _record_forces(record: _Record, molecule: Molecule, source: str, what: str) -> np.ndarray:
+    """The forces of a record as a float64 ``(n_atoms, 3)`` array; InputError when it has none,
+    or they have the wrong shape or are not finite."""
+    if record.forces is None:
+        raise InputError(source, f"{what}: no forces", line=record.line)
+    try:
+        forces = np.array(record.forces, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(source, f"{what}: forces are not numbers", line=record.line) from None
+    if forces.shape != (molecule.n_atoms, 3):
+        problem = f"forces have shape {forces.shape}, expected ({molecule.n_atoms}, 3) for {molecule.n_atoms} atoms"
+        raise InputError(source, f"{what}: {problem}", line=record.line)
+    if not np.isfinite(forces).all():
+        atom = int(np.flatnonzero(~np.isfinite(forces).all(axis=1))[0])
+        raise InputError(source, f"{what}: forces on atom {atom} are not finite: {forces[atom].tolist()}", line=record.line)
+    return forces
+
+
 def _labelled_item(record: _Record, source: str, targets: Sequence[str], id_key: str | None,
-                   split_key: str | None) -> tuple[Molecule, list[float], str | None]:
-    """The molecule, target values and split of one good record; InputError naming the key otherwise."""
+                   split_key: str | None, forces: bool) -> tuple[Molecule, list[float], str | None, np.ndarray | None]:
+    """The molecule, target values, split and forces (when ``forces``) of one good record;
+    InputError naming the key otherwise."""
     if isinstance(record.item, InputError):
         raise record.item
     molecule = record.item
@@ -300,7 +361,7 @@ def _labelled_item(record: _Record, source: str, targets: Sequence[str], id_key:
         if record.values.get(id_key) is None:
             raise InputError(source, f"{what}: no value for id key {id_key!r}", line=record.line)
         molecule = dataclasses.replace(molecule, id=str(record.values[id_key]))
-    return molecule, values, split
+    return molecule, values, split, _record_forces(record, molecule, source, what) if forces else None
 
 
 def read_labelled(
@@ -313,6 +374,7 @@ def read_labelled(
     split_key: str | None = None,
     add_hs: bool = False,
     seed: int = DEFAULT_SEED,
+    forces: bool = False,
 ) -> LabelledData:
     """Molecules and target values of a labelled file (module docstring for the formats).
 
@@ -321,7 +383,9 @@ def read_labelled(
     one named ``smiles``) or of structure-file paths. ``id_column``: the key whose value
     names each molecule (default: the reader's ids). ``split_key``: a key whose values
     (``train``/``test``) give a split, kept in :attr:`LabelledData.split`. ``add_hs``:
-    place missing hydrogens of SDF/MOL records; ``seed``: SMILES embedding.
+    place missing hydrogens of SDF/MOL records; ``seed``: SMILES embedding. ``forces``: read
+    each molecule's per-atom forces into :attr:`LabelledData.forces` (extended xyz, ASE
+    database and MD17/rMD17 ``.npz`` files; module docstring).
     """
     source = str(path)
     path = Path(path)
@@ -329,6 +393,9 @@ def read_labelled(
     check_file(path)
     if kind != "csv" and (smiles_column or structure_column):
         raise InputError(source, "smiles_column and structure_column apply to CSV tables only")
+    if forces and kind not in FORCE_FORMATS:
+        raise InputError(source, "forces=True needs a file with per-atom forces: extended xyz, an ASE database "
+                                 "or an MD17/rMD17 .npz file")
     structure_keys: tuple[str, ...] = ()
     if kind == "xyz":
         records = list(_xyz_records(path))
@@ -338,8 +405,10 @@ def read_labelled(
         rows, structure_keys = _csv_records(path, smiles_column=smiles_column, structure_column=structure_column,
                                             add_hs=add_hs, seed=seed)
         records = list(rows)
-    else:
+    elif kind == "ase-db":
         records = list(_db_records(path))
+    else:
+        records = list(_npz_records(path))
     available = _available(records, structure_keys)
     if targets is None:
         skip = {id_column, split_key}
@@ -349,18 +418,18 @@ def read_labelled(
         wanted = [targets] if isinstance(targets, str) else list(dict.fromkeys(targets))
     _check_keys(source, wanted, available, "target key(s)")
     _check_keys(source, [key for key in (split_key, id_column) if key], available, "key(s)")
-    return _collect(source, records, wanted, id_column, split_key)
+    return _collect(source, records, wanted, id_column, split_key, forces)
 
 
 def _collect(source: str, records: Iterable[_Record], targets: Sequence[str], id_key: str | None,
-             split_key: str | None) -> LabelledData:
-    """The good records' molecules, values and splits; a failure for each bad one."""
-    data = LabelledData(source)
+             split_key: str | None, forces: bool) -> LabelledData:
+    """The good records' molecules, values, splits and forces; a failure for each bad one."""
+    data = LabelledData(source, forces=[] if forces else None)
     values: list[list[float]] = []
     splits: list[str] = []
     for record in records:
         try:
-            molecule, row, split = _labelled_item(record, source, targets, id_key, split_key)
+            molecule, row, split, atom_forces = _labelled_item(record, source, targets, id_key, split_key, forces)
         except InputError as err:
             data.failures.append(ReadFailure.from_error(err))
             continue
@@ -368,6 +437,8 @@ def _collect(source: str, records: Iterable[_Record], targets: Sequence[str], id
         values.append(row)
         if split is not None:
             splits.append(split)
+        if data.forces is not None:
+            data.forces.append(atom_forces)
     table = np.array(values, dtype=np.float64).reshape(len(values), len(targets))
     data.targets = {name: table[:, k].copy() for k, name in enumerate(targets)}
     data.split = tuple(splits) if split_key is not None else None

@@ -151,6 +151,43 @@ def test_ase_database(tmp_path: Path) -> None:
     assert read_labelled(path, ["alpha"]).targets["alpha"].tolist() == [13.2, 9.8]
 
 
+def test_extxyz_forces_round_trip(tmp_path: Path) -> None:
+    """Forces written by ASE (a calculator's forces, eV/Å) come back per molecule, aligned with
+    the molecules; a frame without forces is a failure when forces are asked for."""
+    rng = np.random.default_rng(3)
+    written = [rng.normal(size=(5, 3)), None, rng.normal(size=(3, 3))]
+    frames = []
+    for atoms, energy, forces in zip((_methane(), _methane(), _water()), (-40.5, -40.4, -76.4), written):
+        atoms.calc = SinglePointCalculator(atoms, energy=energy, forces=forces)
+        frames.append(atoms)
+    path = tmp_path / "forces.extxyz"
+    ase.io.write(path, frames, format="extxyz")
+    data = read_labelled(path, "energy", forces=True)
+    assert [m.id for m in data.molecules] == ["forces#0", "forces#2"]
+    assert data.forces is not None and [f.shape for f in data.forces] == [(5, 3), (3, 3)]
+    np.testing.assert_allclose(data.forces[0], written[0], atol=1e-8)  # ASE writes 8 decimals
+    np.testing.assert_allclose(data.forces[1], written[2], atol=1e-8)
+    np.testing.assert_array_equal(data.targets["energy"], [-40.5, -76.4])
+    assert [f.problem for f in data.failures] == ["frame 1 (forces#1): no forces"]
+    without = read_labelled(path, "energy")
+    assert without.forces is None and len(without.molecules) == 3
+
+
+def test_ase_database_forces_and_formats_without_forces(tmp_path: Path) -> None:
+    path = tmp_path / "forces.db"
+    forces = np.arange(9.0).reshape(3, 3)
+    with ase.db.connect(path) as db:
+        water = _water()
+        water.calc = SinglePointCalculator(water, energy=-76.4, forces=forces)
+        db.write(water)
+    data = read_labelled(path, "energy", forces=True)
+    np.testing.assert_array_equal(data.forces[0], forces)
+    table = tmp_path / "set.csv"
+    pd.DataFrame({"smiles": ["C"], "y": [1.0]}).to_csv(table, index=False)
+    with pytest.raises(InputError, match=r"set\.csv: forces=True needs a file with per-atom forces"):
+        read_labelled(table, "y", forces=True)
+
+
 def test_bad_inputs_are_one_line_errors(tmp_path: Path, extxyz: Path) -> None:
     with pytest.raises(InputError, match="unknown labelled-data file type '.json'"):
         read_labelled(tmp_path / "x.json")

@@ -90,8 +90,8 @@ class GivenSplitConfig(Section):
 
 
 class FileDataConfig(Section):
-    """``source: file``: the user's labelled molecules in ``path`` (extxyz/xyz, SDF, CSV or an
-    ASE ``.db``; :func:`~molntk.data.labelled.read_labelled`). ``targets``: the value keys
+    """``source: file``: the user's labelled molecules in ``path`` (extxyz/xyz, SDF, CSV, an
+    ASE ``.db`` or an MD17/rMD17 ``.npz``; :func:`~molntk.data.labelled.read_labelled`). ``targets``: the value keys
     to learn and their units (``{U0: eV, gap: eV}``; a list of names means unit ``unknown``).
     CSV tables: ``smiles_column`` (default: a column named ``smiles``) or ``structure_column``
     (paths relative to the table). ``id_column``: the key naming each molecule.

@@ -77,3 +77,27 @@ def test_sizes_beyond_the_split_are_refused_with_their_key(tmp_path, override, m
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert not (tmp_path / "out" / "report.json").exists()
+
+
+def test_an_so3_candidate_may_bring_its_own_radial_basis(tmp_path):
+    """A candidate's ``radial`` replaces the feature maps' radial basis in its recipe (and only
+    in its own); an impossible basis is an error naming the candidate's ``radial`` key."""
+    from molntk.features.radial import GaussianBasis
+    from molntk.pipelines.qm9.candidates import so3_recipe
+
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    growth = "{kind: gaussian, n: 5, r_min: 0.7, r_cut: 3.0, width_growth: 1.5}"
+    loaded = TASKS.load(str(config), [
+        "models.so3_ntk={candidates: [{layers: 'lift:2 erf pool dense'}, "
+        f"{{layers: 'lift:2 erf pool dense', radial: {growth}}}]}}"
+    ])
+    plain, own = (so3_recipe(loaded, c, "sum") for c in loaded.models.so3_ntk.candidates)
+    assert plain.features.radial == loaded.features.feature_config().radial
+    assert own.features.radial == GaussianBasis(n=5, r_min=0.7, r_cut=3.0, width_growth=1.5)
+    assert own.features.smearing_width == plain.features.smearing_width
+    with pytest.raises(ConfigValidationError, match=r"models\.so3_ntk\.candidates\[0\]\.radial: .*width or width_growth"):
+        TASKS.load(str(config), [
+            "models.so3_ntk={candidates: [{layers: 'lift:2 erf pool dense', "
+            "radial: {kind: gaussian, width: 0.3, width_growth: 1.5}}]}"
+        ])

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from molntk.data.molecule import Molecule
+from molntk.features.radial import radial_basis_from_dict
 from molntk.models import SO3ModelRecipe
 from molntk.molecular import MolecularKernel
 from molntk.molecular.baselines import MLPNTK, AugmentedMLPNTK, BagOfBonds, CoulombMatrix, DScribeSOAPKernel, FCHL19Kernel
@@ -63,11 +64,13 @@ def dtype_and_device(config: QM9PropertyConfig) -> tuple[torch.dtype, str]:
 def so3_recipe(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str,
                elements: Sequence[int] | None = None) -> SO3ModelRecipe:
     """The SO(3) model of one candidate under the run's ``features``, ``kernel`` and
-    ``regression`` sections (a candidate's ``smearing_width`` replaces the feature maps');
+    ``regression`` sections (a candidate's ``smearing_width`` and ``radial`` replace the feature maps');
     ``elements``: its element set (None: the feature maps' default, QM9's)."""
     features = config.features.feature_config(elements)
     if candidate.smearing_width is not None:
         features = dataclasses.replace(features, smearing_width=candidate.smearing_width)
+    if candidate.radial is not None:
+        features = dataclasses.replace(features, radial=radial_basis_from_dict(candidate.radial))
     kernel = config.kernel
     return SO3ModelRecipe(
         layers=candidate.layers, sigma_w=candidate.sigma_w, sigma_b=candidate.sigma_b, features=features,
@@ -86,6 +89,8 @@ def so3_candidates(config: QM9PropertyConfig, reduce: str, elements: Sequence[in
         label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
         if c.smearing_width is not None:
             label += f", smearing {c.smearing_width:g} rad"
+        if c.radial is not None:
+            label += ", radial " + " ".join(f"{k}={v}" for k, v in c.radial.items() if k != "kind")
         out.append(Candidate(label, c.model_dump(), recipe.molecular_kernel(device), recipe.quadrature))
     return out
 

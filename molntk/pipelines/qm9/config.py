@@ -30,6 +30,7 @@ from molntk.config import (
 )
 from molntk.data.qm9 import QM9_TARGETS
 from molntk.features.environments import FeatureConfig
+from molntk.features.radial import radial_basis_from_dict
 from molntk.kernels.so3.spec import parse_architecture
 from molntk.models import SO3ModelRecipe
 
@@ -172,12 +173,15 @@ class KernelConfig(Section):
 
 class SO3Candidate(Section):
     """One SO(3) architecture (:mod:`molntk.kernels.so3.spec`), e.g. ``lift:3 relu pool dense``;
-    ``smearing_width`` (rad) replaces the feature maps' angular smearing for this candidate."""
+    ``smearing_width`` (rad) and ``radial`` (a radial basis, as the ``features`` section's)
+    replace the feature maps' angular smearing and radial basis for this candidate, so that
+    cross-validation chooses the feature maps with the network."""
 
     layers: str
     sigma_w: Positive = RECIPE.sigma_w
     sigma_b: NonNegative = RECIPE.sigma_b
     smearing_width: NonNegative | None = None
+    radial: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _parses(self) -> SO3Candidate:
@@ -185,6 +189,11 @@ class SO3Candidate(Section):
             parse_architecture(self.layers)
         except ValueError as err:
             raise FieldError("layers", str(err)) from None
+        if self.radial is not None:
+            try:
+                radial_basis_from_dict(self.radial)
+            except ValueError as err:
+                raise FieldError("radial", str(err)) from None
         return self
 
 

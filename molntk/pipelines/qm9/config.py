@@ -131,7 +131,8 @@ class FileDataConfig(Section):
 class FeatureMapsConfig(Section):
     """Environment feature maps (:class:`~molntk.features.environments.FeatureConfig`):
     band limit L, angular smearing σ (rad) and radial basis (``kind: gaussian`` with
-    ``n``, ``r_min``, ``r_cut``, ``width``; or ``kind: coulomb`` with ``powers``)."""
+    ``n``, ``r_min``, ``r_cut``, ``width`` or ``width_growth``, ``scaling_r0``,
+    ``scaling_power``; or ``kind: coulomb`` with ``powers``)."""
 
     band_limit: Annotated[int, Field(strict=True, ge=1, le=13)] = RECIPE.features.band_limit
     smearing_width: NonNegative = RECIPE.features.smearing_width

@@ -205,3 +205,35 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
             out[cols, n + off[i] : n + off[i + 1]] = -rows.d_query.T
             out[fcols, n + off[i] : n + off[i + 1]] = rows.mixed.T
     return out
+
+
+def expansion_energy_and_gradient(kernel: SO3MolecularKernel, query: Molecule, references: Sequence[Molecule],
+                                  energy_coef: np.ndarray, force_coef: np.ndarray, *,
+                                  budget: int = PAIR_BUDGET) -> tuple[float, np.ndarray]:
+    """s(M) = Σ_j a_j Θ(M, M'_j) + Σ_j b_jᵀ ∂Θ(M, M'_j)/∂r'_j and its gradient ∂s/∂r (n, 3),
+    a = ``energy_coef`` (N,), b = ``force_coef`` (3Σn'_j,, atom-major per molecule). The mean of
+    a joint energy–force model is such an s (b = −α_F), and its forces −∂s/∂r; cost: one
+    forward pass and two backward passes (one of them second-order) per chunk, against 3n + 2
+    for the derivative rows."""
+    _check_kernel(kernel)
+    device, cfg = kernel.ctx.device, kernel.features
+    a = torch.as_tensor(np.asarray(energy_coef, dtype=np.float64), device=device)
+    b = torch.as_tensor(np.asarray(force_coef, dtype=np.float64), device=device)
+    offsets = force_offsets(references)
+    value, grad = 0.0, np.zeros((query.n_atoms, 3))
+    for chunk in _chunks(references, query.n_atoms, budget):
+        refs = [references[j] for j in chunk]
+        r = torch.tensor(query.positions, dtype=torch.float64, device=device, requires_grad=True)
+        r_ref = torch.tensor(np.concatenate([m.positions for m in refs]), dtype=torch.float64, device=device, requires_grad=True)
+        f_query = environment_features([query], cfg, dtype=torch.float64, device=device, positions=r)
+        f_ref = environment_features(refs, cfg, dtype=torch.float64, device=device, positions=r_ref)
+        theta = kernel(f_query, f_ref).ntk[0]
+        if not theta.requires_grad:  # no environment meets this chunk's: Θ and its derivatives are constant
+            value += float(theta @ a[chunk.start : chunk.stop])
+            continue
+        (d_ref,) = _grad(theta.sum(), [r_ref], create_graph=True)
+        s = theta @ a[chunk.start : chunk.stop] + d_ref.reshape(-1) @ b[offsets[chunk.start] : offsets[chunk.stop]]
+        (g,) = _grad(s, [r])
+        value += float(s.detach())
+        grad += g.detach().cpu().numpy()
+    return value, grad

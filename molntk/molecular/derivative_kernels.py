@@ -55,9 +55,12 @@ from molntk.molecular.so3 import SO3MolecularKernel
 #: Environment pairs (query × reference) per autograd graph (the graph of a second-order
 #: pass holds several times the first-order one's temporaries: 2¹² pairs stay well under 1 GB).
 PAIR_BUDGET = 2**12
-#: The 3n second-order passes as one vmapped backward pass (``is_grads_batched``), ≈ 20 % faster
-#: than a loop on CPU; the loop is the fallback where vmap cannot trace an operation.
-BATCHED = True
+#: The 3n second-order passes as one vmapped backward pass (``is_grads_batched``) instead of a
+#: loop. Off: on CPU it was ≈ 20 % faster for chunks of ≲ 10 ethanol molecules but 3× slower
+#: for chunks of 20 (its temporaries are 3n times larger), and the loop with large chunks was
+#: fastest (measured on a loaded 2-core machine; the loop is also the fallback where vmap
+#: cannot trace an operation).
+BATCHED = False
 
 #: Seconds per ethanol–ethanol pair of :func:`derivative_rows` (all four blocks, 28 × 28
 #: covariances), at the recipe's defaults, one CPU thread (2-core machine under load);

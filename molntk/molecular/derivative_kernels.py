@@ -23,12 +23,16 @@ and the kernel recursions. With weights w_j = 1 (leaves too) and S = Σ_j w_j Θ
   one more backward pass with respect to (r', w): ∂G_i/∂r'_j = ∂²Θ(M, M'_j)/∂r_i∂r'_j and
   ∂G_i/∂w_j = ∂Θ(M, M'_j)/∂r_i.
 
-Cost per query molecule: one forward pass of the kernel against all references (with graph),
-one first-order backward pass and 3n second-order backward passes, so about (3n + 2) × 3
-kernel evaluations' worth of work (double backward costs ≈ 2–3 forward passes); per molecule
-pair that is O(n) energy kernel evaluations, plus autograd overhead. Measured on ethanol
-(9 atoms, 29 backward passes) at the recipe's defaults (Lebedev grid of band limit 5,
-``lift:3 erf pool dense``), float64, one CPU thread: see :data:`MEASURED_SECONDS_PER_PAIR`.
+Cost per query molecule: one forward pass of the kernel against all references (with graph,
+through torch's recursion rather than the fused pass), one first-order backward pass and 3n
+second-order backward passes (each ≈ 2–3 forward passes), so O(n) energy-kernel evaluations
+per molecule pair, plus autograd overhead. Measured once on ethanol (9 atoms: 27 second-order
+passes) at the recipe's defaults (``lift:3 erf pool dense``, Lebedev grid of band limit 5,
+8 radial Gaussians, elements H C N O F), float64, one torch and one BLAS thread on a 2-core
+machine shared with a heavy benchmark (load ≈ 9, so upper bounds): all four blocks
+0.19–0.26 s per pair (chunks of 1–20 reference molecules), against ≈ 1.5–2.5 ms per pair for
+Θ alone and 5–8 ms per pair for Θ with ∂Θ/∂r' (``second=False``); the fitted energy's
+gradient (:func:`expansion_energy_and_gradient`) 13–15 ms per pair.
 
 :func:`joint_kernel` assembles the (N + 3Σn) × (N' + 3Σn') block matrix of lists of molecules,
 rows [E_1 … E_N, F_1 … F_N] (each F_i its 3n_i components); a symmetric call (second list
@@ -62,10 +66,6 @@ PAIR_BUDGET = 2**12
 #: cannot trace an operation).
 BATCHED = False
 
-#: Seconds per ethanol–ethanol pair of :func:`derivative_rows` (all four blocks, 28 × 28
-#: covariances), at the recipe's defaults, one CPU thread (2-core machine under load);
-#: measured once, see the module docstring.
-MEASURED_SECONDS_PER_PAIR: float | None = None
 
 
 @dataclass
@@ -181,7 +181,9 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
          [−∂Θ/∂r,     ∂²Θ/∂r∂r'   ]]
 
     rows E_1 … E_N then the forces of molecule 1 (atom-major), 2, …; columns alike for
-    ``others`` (None: ``molecules``, a symmetric matrix, each pair computed once)."""
+    ``others`` (None: ``molecules``, a symmetric matrix, each pair computed once as
+    Θ(M_i, M_j) with i ≤ j: the fast-mode quadrature is symmetric in its two molecules only to
+    its accuracy, ≈ 1e-5 relative on the Lebedev grid of band limit 5)."""
     _check_kernel(kernel)
     same = others is None
     others = molecules if same else others

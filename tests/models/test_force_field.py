@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from threadpoolctl import threadpool_limits
 
 from molntk.data.labelled import read_labelled
@@ -48,8 +49,13 @@ def tiny(sample):
     mols, e, f = sample
     train = [0, 9, 18, 27]
     model = SO3ForceFieldRegressor(reg_energy=1e-3, reg_force=1e-2, **PARAMS)
-    with threadpool_limits(1):
-        model.fit([mols[i] for i in train], e[train], [f[i] for i in train])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the function-scoped one_thread fixture does not cover module fixtures
+    try:
+        with threadpool_limits(1):
+            model.fit([mols[i] for i in train], e[train], [f[i] for i in train])
+    finally:
+        torch.set_num_threads(threads)
     return model, [mols[i] for i in train], e[train], [f[i] for i in train]
 
 

@@ -4,10 +4,13 @@
   with their one set of defaults (the main QM9 job's, configs/qm9_u0.yaml), and the one place
   that builds its feature maps, network, discretisation, molecular kernel and λ grid;
 - :mod:`~molntk.models.so3_ntk`: :class:`SO3NTKRegressor`, that model as a scikit-learn
-  estimator (exact or sparse kernel ridge, NTK-GP variance, model files).
+  estimator (exact or sparse kernel ridge, NTK-GP variance, model files);
+- :mod:`~molntk.models.force_field`: :class:`SO3ForceFieldRegressor`, kernel ridge on energies
+  and forces together with the derivative kernels of the same NTK (GDML/GAP form).
 """
 
+from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.models.so3_recipe import SO3ModelRecipe
 
-__all__ = ["SO3ModelRecipe", "SO3NTKRegressor"]
+__all__ = ["SO3ForceFieldRegressor", "SO3ModelRecipe", "SO3NTKRegressor"]

@@ -13,6 +13,8 @@ except the Laplacian kernels on global descriptors, K(M, M') = exp(−‖x(M) �
 - :mod:`~molntk.molecular.pair_sum`: the one atom-pair sum, blockwise, with a per-block callback;
 - :mod:`~molntk.molecular.so3`: :class:`SO3MolecularKernel`, the SO(3) network's kernel
   (element / shared pairing, or the reference's padded atom-index layout);
+- :mod:`~molntk.molecular.derivative_kernels`: the SO(3) NTK's covariances of energies and
+  forces (∂Θ/∂r', ∂²Θ/∂r∂r') by autograd, and the joint (N + 3Σn) matrix;
 - :mod:`~molntk.molecular.baselines`: MLP, augmented MLP, power spectrum, SOAP, FCHL19, Laplacian;
 - :mod:`~molntk.molecular.sets`: :class:`MoleculeSet` (feature maps once per feature config),
   :class:`InducingSet` (inducing atoms of sparse models, by feature maps or per-atom descriptors);

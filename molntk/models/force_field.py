@@ -1,0 +1,279 @@
+"""``SO3ForceFieldRegressor``: kernel ridge on energies and forces together (GDML/GAP form).
+
+    from molntk.models.force_field import SO3ForceFieldRegressor
+    model = SO3ForceFieldRegressor(grid_band_limit=5).fit(molecules, energies, forces)
+    energies = model.predict(new_molecules);  forces = model.predict_forces(new_molecules)
+
+Model: a Gaussian process E ~ GP(E_dressed, Θ) with Θ the molecular SO(3) NTK of the recipe
+(:class:`~molntk.models.so3_recipe.SO3ModelRecipe`, the same parameters and defaults as
+:class:`~molntk.models.so3_ntk.SO3NTKRegressor`), observed through the energies E_i and the
+forces F_i = −∂E/∂r_i (in the energy unit per Å: eV and eV/Å give eV/Å, sign: the force
+points downhill). The joint covariance K of y = [E − E_dressed; F] (N + 3Σn rows, energies
+first, then each molecule's forces atom-major) is :func:`~molntk.molecular.derivative_kernels.joint_kernel`:
+
+    K = [[Θ, −∂Θ/∂r'], [−∂Θ/∂r, ∂²Θ/∂r∂r']].
+
+Fit: α = (K + Λ)⁻¹ y with Λ = diag(λ_E on energy rows, λ_F on force rows). E_dressed is the
+dressed-atom linear model of the element counts (:class:`~molntk.regression.dressed_atom.DressedAtomModel`,
+fitted on the training energies; with one composition, as an MD trajectory, it is the mean
+energy); it does not depend on the positions, so it adds nothing to the forces.
+
+λ_E and λ_F (both their ratio and their scale) are chosen by leave-one-configuration-out
+cross-validation in closed form: for the rows g of one configuration (its energy and its 3n
+force components), the LOO residual is r_g = (C_gg)⁻¹ α_g with C = (K + Λ)⁻¹ (the exact
+grouped LOO of the GP mean with fixed λ's; the dressed-atom fit is not redone). The criterion
+is the sum of the two normalised LOO mean squared errors, mean(r_E²)/mean(y_E²) +
+mean(r_F²)/mean(y_F²), minimised over the grid λ_E = ρ · mean(diag K_EE), ρ in
+:data:`SCALE_GRID`, λ_F = q ρ · mean(diag K_FF), q in :data:`RATIO_GRID` (each λ at least
+``psd_rtol`` times its mean diagonal; one eigendecomposition per ratio, :func:`select_noise`). Numbers instead
+of "cv" in ``reg_energy`` / ``reg_force`` fix the absolute λ's.
+
+Predictions for a molecule M: E(M) = E_dressed(M) + Σ_j α_E,j Θ(M, M_j) − Σ_j α_F,jᵀ ∂Θ(M, M_j)/∂r_j,
+and F(M) = −∂E(M)/∂r by autograd of that expression
+(:func:`~molntk.molecular.derivative_kernels.expansion_energy_and_gradient`), which equals the
+derivative-kernel prediction [−∂Θ/∂r, ∂²Θ/∂r∂r'] α exactly (the same derivatives, fewer passes).
+
+Cost: fitting computes the joint kernel, (3n + 2)-pass autograd per molecule pair
+(:mod:`molntk.molecular.derivative_kernels`), N(N+1)/2 pairs, and inverts an (N + 3Σn) matrix
+once per grid point; predicting is 3 passes per (test, training) pair.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+from sklearn.base import BaseEstimator, RegressorMixin
+
+from molntk.data.molecule import Molecule
+from molntk.errors import InputError
+from molntk.features.environments import FeatureConfig
+from molntk.features.radial import radial_basis_from_dict
+from molntk.models.so3_ntk import DEFAULTS, as_molecules, present_elements
+from molntk.models.so3_recipe import SO3ModelRecipe
+from molntk.molecular.derivative_kernels import (
+    derivative_rows,
+    expansion_energy_and_gradient,
+    force_offsets,
+    joint_kernel,
+)
+from molntk.regression.dressed_atom import DressedAtomModel, element_counts
+
+#: Noise scales ρ of the CV grid: λ_E = ρ · mean diag K_EE (at least psd_rtol).
+SCALE_GRID = np.logspace(-9, 1, 21)
+#: Ratios q of the CV grid: λ_F = q ρ · mean diag K_FF (at least psd_rtol).
+RATIO_GRID = np.logspace(-6, 6, 13)
+
+
+def joint_rows(n_molecules: int, n_atoms: Sequence[int]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Row kinds and groups of the joint system: a boolean mask of the force rows, and for each
+    configuration the indices of its rows (its energy, then its 3n force components)."""
+    offsets = force_offsets_of(n_atoms)
+    is_force = np.zeros(n_molecules + offsets[-1], dtype=bool)
+    is_force[n_molecules:] = True
+    groups = [np.concatenate([[i], n_molecules + np.arange(offsets[i], offsets[i + 1])]) for i in range(n_molecules)]
+    return is_force, groups
+
+
+def force_offsets_of(n_atoms: Sequence[int]) -> np.ndarray:
+    """Start of each molecule's force rows among the force rows (length N + 1)."""
+    return np.concatenate([[0], np.cumsum([3 * int(n) for n in n_atoms])]).astype(np.int64)
+
+
+def grouped_loo_residuals(inverse: np.ndarray, alpha: np.ndarray, groups: Sequence[np.ndarray]) -> np.ndarray:
+    """Leave-one-group-out residuals y_g − ŷ_g^(−g) = (C_gg)⁻¹ α_g of kernel ridge with C = (K + Λ)⁻¹, α = C y."""
+    out = np.empty_like(alpha)
+    for g in groups:
+        out[g] = np.linalg.solve(inverse[np.ix_(g, g)], alpha[g])
+    return out
+
+
+def select_noise(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, groups: Sequence[np.ndarray], floor: float = 0.0,
+                 ratios: np.ndarray = RATIO_GRID, scales: np.ndarray = SCALE_GRID) -> tuple[float, float, float]:
+    """(λ_E, λ_F, criterion) minimising the normalised grouped-LOO criterion of the module docstring
+    over λ_E = ρ · s_E, λ_F = q ρ · s_F (s_E, s_F the mean diagonals of the energy and force
+    blocks; q in ``ratios``, ρ in ``scales``; pairs with ρ or q ρ below ``floor`` skipped).
+
+    One eigendecomposition per ratio: with D = diag(s_E, q s_F) and D^{-1/2} K D^{-1/2} = V S Vᵀ,
+    (K + ρ D)⁻¹ = D^{-1/2} V (S + ρ)⁻¹ Vᵀ D^{-1/2}, whose group blocks and α cost O(rows²) per ρ."""
+    diag = np.diag(K)
+    scale_e, scale_f = float(np.mean(diag[~is_force])), float(np.mean(diag[is_force]))
+    norm_e, norm_f = max(float(np.mean(y[~is_force] ** 2)), 1e-300), max(float(np.mean(y[is_force] ** 2)), 1e-300)
+    best = (np.inf, 0.0, 0.0)
+    for q in ratios:
+        usable = [rho for rho in scales if rho >= floor and q * rho >= floor]
+        if not usable:
+            continue
+        d = np.where(is_force, q * scale_f, scale_e)
+        root = 1.0 / np.sqrt(d)
+        s, v = np.linalg.eigh(root[:, None] * K * root[None, :])
+        w = root[:, None] * v  # (K + ρ D)⁻¹ = W (S + ρ)⁻¹ Wᵀ
+        wy = w.T @ y
+        for rho in usable:
+            shifted = s + rho
+            if shifted.min() <= 0:
+                continue
+            alpha = w @ (wy / shifted)
+            res = np.empty_like(alpha)
+            for g in groups:
+                block = (w[g] / shifted) @ w[g].T
+                res[g] = np.linalg.solve(block, alpha[g])
+            score = float(np.mean(res[~is_force] ** 2) / norm_e + np.mean(res[is_force] ** 2) / norm_f)
+            if score < best[0]:
+                best = (score, rho * scale_e, q * rho * scale_f)
+    if not np.isfinite(best[0]):
+        raise InputError("psd_rtol", f"no noise level of the CV grid at or above the floor {floor} gives a positive definite system")
+    return best[1], best[2], best[0]
+
+
+def _reg(value: float | str, name: str) -> float | None:
+    """None for "cv", else a λ ≥ 0 (InputError naming ``name``)."""
+    if isinstance(value, str):
+        if value != "cv":
+            raise InputError(name, f"must be 'cv' or a number ≥ 0, got {value!r}")
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) or value < 0:
+        raise InputError(name, f"must be 'cv' or a number ≥ 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(eq=False, repr=False)
+class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
+    """Kernel ridge on energies and forces with the SO(3) molecular NTK (module docstring).
+
+    Parameters: the recipe's, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`
+    (``layers``, ``sigma_w``, ``sigma_b``, ``band_limit``, ``smearing_width``, ``radial``,
+    ``elements``, ``grid_band_limit``, ``sampling``, ``mode``, ``pairing``, ``psd_rtol``,
+    ``device``, ``block_size``; float64 and ``reduce="sum"`` always); ``residual`` (subtract the
+    dressed-atom model); ``reg_energy``, ``reg_force``: "cv" (both chosen together by
+    grouped LOO) or absolute λ_E, λ_F (both must be numbers, or both "cv").
+
+    Fitted attributes: ``train_molecules_``, ``training_elements_``, ``dressed_atom_`` (or None),
+    ``reg_energy_``, ``reg_force_`` (λ_E, λ_F used), ``cv_score_`` (the LOO criterion, or None),
+    ``energy_coef_`` (N,) and ``force_coef_`` (3Σn,) (α_E, α_F), ``kernel_`` (the molecular kernel).
+    """
+
+    layers: str = DEFAULTS.layers
+    sigma_w: float = DEFAULTS.sigma_w
+    sigma_b: float = DEFAULTS.sigma_b
+    band_limit: int = DEFAULTS.features.band_limit
+    smearing_width: float | None = DEFAULTS.features.smearing_width
+    radial: dict[str, Any] | None = None
+    elements: Sequence[int] = DEFAULTS.features.elements
+    grid_band_limit: int = DEFAULTS.grid_band_limit
+    sampling: str = DEFAULTS.sampling
+    mode: str = DEFAULTS.mode
+    pairing: str = DEFAULTS.pairing
+    residual: bool = True
+    reg_energy: float | str = "cv"
+    reg_force: float | str = "cv"
+    psd_rtol: float = DEFAULTS.psd_rtol
+    device: str = "cpu"
+    block_size: int = DEFAULTS.block_size
+
+    def recipe(self) -> SO3ModelRecipe:
+        """The model these parameters describe (float64, sum over atom pairs)."""
+        radial = DEFAULTS.features.radial if self.radial is None else radial_basis_from_dict(self.radial)
+        features = FeatureConfig(tuple(self.elements), self.band_limit, self.smearing_width, radial)
+        return SO3ModelRecipe(layers=self.layers, sigma_w=self.sigma_w, sigma_b=self.sigma_b, features=features,
+                              grid_band_limit=self.grid_band_limit, sampling=self.sampling, mode=self.mode,
+                              pairing=self.pairing, reduce="sum", dtype="float64", block_size=self.block_size,
+                              psd_rtol=self.psd_rtol)
+
+    def _check_params(self) -> tuple[float | None, float | None]:
+        if self.pairing not in ("element", "shared"):
+            raise InputError("pairing", f"must be 'element' or 'shared' for forces, got {self.pairing!r}")
+        lam_e, lam_f = _reg(self.reg_energy, "reg_energy"), _reg(self.reg_force, "reg_force")
+        if (lam_e is None) != (lam_f is None):
+            raise InputError("reg_force" if lam_f is None else "reg_energy",
+                             "reg_energy and reg_force are chosen together: both 'cv' or both numbers")
+        return lam_e, lam_f
+
+    def _training_data(self, X: Any, energies: Any, forces: Any) -> tuple[list[Molecule], np.ndarray, np.ndarray]:
+        """Molecules, energies (N,) and the flattened forces (3Σn,), validated."""
+        molecules = as_molecules(X)
+        if not molecules:
+            raise InputError("X", "no molecules")
+        for m in molecules:
+            m.check_elements(self.elements)
+        y = np.asarray(energies, dtype=np.float64)
+        if y.shape != (len(molecules),):
+            raise InputError("energies", f"must have shape ({len(molecules)},) for {len(molecules)} molecules, got {y.shape}")
+        if not np.all(np.isfinite(y)):
+            raise InputError("energies", "must be finite")
+        if forces is None or len(forces) != len(molecules):
+            raise InputError("forces", f"must be a list of {len(molecules)} arrays (n_atoms, 3), one per molecule")
+        flat = []
+        for i, (m, f) in enumerate(zip(molecules, forces)):
+            f = np.asarray(f, dtype=np.float64)
+            if f.shape != (m.n_atoms, 3):
+                raise InputError(f"forces[{i}]", f"must have shape ({m.n_atoms}, 3), got {f.shape}")
+            if not np.all(np.isfinite(f)):
+                raise InputError(f"forces[{i}]", "must be finite")
+            flat.append(f.reshape(-1))
+        return molecules, y, np.concatenate(flat)
+
+    def fit(self, X: Any, energies: Any, forces: Sequence[Any]) -> SO3ForceFieldRegressor:
+        """Fit on molecules X, their energies (N,) and forces (a list of (n_i, 3), energy unit per Å)."""
+        lam_e, lam_f = self._check_params()
+        molecules, e, f = self._training_data(X, energies, forces)
+        counts = element_counts(molecules, self.elements)
+        self.dressed_atom_ = DressedAtomModel().fit(counts, e) if self.residual else None
+        base = self.dressed_atom_.predict(counts) if self.residual else 0.0
+        y = np.concatenate([e - base, f])
+        self.kernel_ = kernel = self.recipe().molecular_kernel(self.device)
+        K = joint_kernel(kernel, molecules)
+        is_force, groups = joint_rows(len(molecules), [m.n_atoms for m in molecules])
+        if lam_e is None:
+            lam_e, lam_f, self.cv_score_ = select_noise(K, y, is_force, groups, floor=self.psd_rtol)
+        else:
+            self.cv_score_ = None
+        self.reg_energy_, self.reg_force_ = lam_e, lam_f
+        alpha = solve_joint(K, y, is_force, lam_e, lam_f)
+        self.energy_coef_, self.force_coef_ = alpha[: len(molecules)], alpha[len(molecules):]
+        self.train_molecules_ = molecules
+        self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
+        self.n_features_in_ = 1
+        return self
+
+    def _query(self, X: Any, caller: str) -> tuple[list[Molecule], np.ndarray | float]:
+        if not hasattr(self, "energy_coef_"):
+            raise InputError("SO3ForceFieldRegressor", f"{caller} called before fit")
+        molecules = as_molecules(X)
+        for m in molecules:
+            m.check_elements(self.training_elements_, "the elements of the training molecules")
+        base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.dressed_atom_ is not None else 0.0
+        return molecules, base
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Energies (n,) of molecules X: E_dressed + Σ α_E Θ − Σ α_Fᵀ ∂Θ/∂r' (one backward pass per test molecule)."""
+        molecules, base = self._query(X, "predict")
+        out = np.empty(len(molecules))
+        for i, m in enumerate(molecules):
+            rows = derivative_rows(self.kernel_, m, self.train_molecules_, second=False)
+            out[i] = rows.theta @ self.energy_coef_ - rows.d_ref @ self.force_coef_
+        return base + out
+
+    def predict_forces(self, X: Any, return_energy: bool = False) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
+        """Forces F = −∂E/∂r of the predicted energy, a list of (n_atoms, 3) arrays (energy unit
+        per Å); with ``return_energy`` also the energies (n,) of the same pass."""
+        molecules, base = self._query(X, "predict_forces")
+        energies, forces = np.empty(len(molecules)), []
+        for i, m in enumerate(molecules):
+            energies[i], grad = expansion_energy_and_gradient(self.kernel_, m, self.train_molecules_,
+                                                              self.energy_coef_, -self.force_coef_)
+            forces.append(-grad)
+        return (base + energies, forces) if return_energy else forces
+
+
+def solve_joint(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, lam_e: float, lam_f: float) -> np.ndarray:
+    """α = (K + diag(λ_E on energy rows, λ_F on force rows))⁻¹ y (Cholesky; LU if not positive definite)."""
+    a = K + np.diag(np.where(is_force, lam_f, lam_e))
+    try:
+        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(a, lower=True, check_finite=False), y, check_finite=False)
+    except np.linalg.LinAlgError:
+        return np.linalg.solve(a, y)

@@ -1,0 +1,244 @@
+"""Derivative kernels of the molecular SO(3) NTK with respect to atom positions.
+
+For an energy model whose prior covariance is the molecular NTK, Cov(E(M), E(M')) = Θ(M, M')
+(:class:`~molntk.molecular.so3.SO3MolecularKernel`), the forces F_a = −∂E/∂r_a are jointly
+Gaussian with the energies, with covariances (M with n atoms at r_1 … r_n, M' with n' atoms)
+
+    Cov(E, E')      =  Θ(M, M')                      scalar
+    Cov(E, F'_b)    = −∂Θ/∂r'_b                      (3n',)
+    Cov(F_a, E')    = −∂Θ/∂r_a                       (3n,)
+    Cov(F_a, F'_b)  =  ∂²Θ/∂r_a ∂r'_b                (3n, 3n')
+
+(the GDML/GAP form; DESIGN.md §9). Coordinates are flattened atom-major: index 3a + d is
+component d of atom a.
+
+Evaluation (:func:`derivative_rows`): one query molecule M against a list of reference
+molecules M'_1 … M'_N in one autograd graph through the feature maps
+(:func:`~molntk.features.environments.environment_features` with ``positions`` as leaves)
+and the kernel recursions. With weights w_j = 1 (leaves too) and S = Σ_j w_j Θ(M, M'_j):
+
+- ∂S/∂r'_j = ∂Θ(M, M'_j)/∂r'_j (each reference molecule's positions appear in its own
+  term only), so one backward pass gives every Cov(E, F'_j);
+- G = ∂S/∂r (3n values, recorded with ``create_graph``), and for each of its 3n components
+  one more backward pass with respect to (r', w): ∂G_i/∂r'_j = ∂²Θ(M, M'_j)/∂r_i∂r'_j and
+  ∂G_i/∂w_j = ∂Θ(M, M'_j)/∂r_i.
+
+Cost per query molecule: one forward pass of the kernel against all references (with graph,
+through torch's recursion rather than the fused pass), one first-order backward pass and 3n
+second-order backward passes (each ≈ 2–3 forward passes), so O(n) energy-kernel evaluations
+per molecule pair, plus autograd overhead. Measured once on ethanol (9 atoms: 27 second-order
+passes) at the recipe's defaults (``lift:3 erf pool dense``, Lebedev grid of band limit 5,
+8 radial Gaussians, elements H C N O F), float64, one torch and one BLAS thread on a 2-core
+machine shared with a heavy benchmark (load ≈ 9, so upper bounds): all four blocks
+0.19–0.26 s per pair (chunks of 1–20 reference molecules), against ≈ 1.5–2.5 ms per pair for
+Θ alone and 5–8 ms per pair for Θ with ∂Θ/∂r' (``second=False``); the fitted energy's
+gradient (:func:`expansion_energy_and_gradient`) 13–15 ms per pair.
+
+:func:`joint_kernel` assembles the (N + 3Σn) × (N' + 3Σn') block matrix of lists of molecules,
+rows [E_1 … E_N, F_1 … F_N] (each F_i its 3n_i components); a symmetric call (second list
+omitted) computes each pair once (row i against molecules i … N) and mirrors it.
+
+The reference side is cut into chunks of at most :data:`PAIR_BUDGET` environment pairs with
+the query (one graph per chunk). float64 throughout; the kernel's device (CUDA untested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from molntk.data.molecule import Molecule
+from molntk.errors import InputError
+from molntk.features.environments import environment_features
+from molntk.molecular.so3 import SO3MolecularKernel
+
+#: Environment pairs (query × reference) per autograd graph (the graph of a second-order
+#: pass holds several times the first-order one's temporaries: 2¹² pairs stay well under 1 GB).
+PAIR_BUDGET = 2**12
+#: The 3n second-order passes as one vmapped backward pass (``is_grads_batched``) instead of a
+#: loop. Off: on CPU it was ≈ 20 % faster for chunks of ≲ 10 ethanol molecules but 3× slower
+#: for chunks of 20 (its temporaries are 3n times larger), and the loop with large chunks was
+#: fastest (measured on a loaded 2-core machine; the loop is also the fallback where vmap
+#: cannot trace an operation).
+BATCHED = False
+
+
+
+@dataclass
+class DerivativeRows:
+    """Derivatives of Θ(M, M'_j) for one query M (n atoms) and references M'_1 … M'_N (n'_j atoms):
+
+    - ``theta`` (N,): Θ(M, M'_j);
+    - ``d_ref`` (3Σn'_j,): ∂Θ(M, M'_j)/∂r'_j, concatenated over j (atom-major per molecule);
+    - ``d_query`` (3n, N): ∂Θ(M, M'_j)/∂r (None when ``second=False``);
+    - ``mixed`` (3n, 3Σn'_j): ∂²Θ(M, M'_j)/∂r ∂r'_j (None when ``second=False``).
+
+    Covariances: Cov(E, E') = theta, Cov(E, F') = −d_ref, Cov(F, E') = −d_query, Cov(F, F') = mixed.
+    """
+
+    theta: np.ndarray
+    d_ref: np.ndarray
+    d_query: np.ndarray | None
+    mixed: np.ndarray | None
+
+
+def _check_kernel(kernel: SO3MolecularKernel) -> None:
+    if not isinstance(kernel, SO3MolecularKernel):
+        raise InputError("kernel", f"expected an SO3MolecularKernel, got {type(kernel).__name__}")
+    if kernel.pairing == "atom-index":
+        raise InputError("kernel", "pairing 'atom-index' (padded layout) has no derivative kernels; use 'element' or 'shared'")
+    if kernel.ctx.dtype != torch.float64:
+        raise InputError("kernel", f"derivative kernels need a float64 kernel, got {kernel.ctx.dtype}")
+
+
+def _chunks(molecules: Sequence[Molecule], n_query: int, budget: int) -> list[range]:
+    """Consecutive reference molecules, at most ``budget`` / n_query atoms per chunk (one at least)."""
+    per_chunk = max(1, budget // max(n_query, 1))
+    chunks, start, size = [], 0, 0
+    for i, m in enumerate(molecules):
+        if size and size + m.n_atoms > per_chunk:
+            chunks.append(range(start, i))
+            start, size = i, 0
+        size += m.n_atoms
+    if start < len(molecules):
+        chunks.append(range(start, len(molecules)))
+    return chunks
+
+
+def _grad(output: Tensor, inputs: Sequence[Tensor], **kwargs) -> list[Tensor]:
+    """autograd.grad with zeros for inputs the output does not depend on."""
+    if not output.requires_grad:
+        return [torch.zeros_like(x) for x in inputs]
+    grads = torch.autograd.grad(output, list(inputs), allow_unused=True, **kwargs)
+    return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
+
+
+def _rows_chunk(kernel: SO3MolecularKernel, query: Molecule, refs: Sequence[Molecule], second: bool) -> DerivativeRows:
+    device, cfg = kernel.ctx.device, kernel.features
+    r = torch.tensor(query.positions, dtype=torch.float64, device=device, requires_grad=True)
+    r_ref = torch.tensor(np.concatenate([m.positions for m in refs]), dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.ones(len(refs), dtype=torch.float64, device=device, requires_grad=True)
+    f_query = environment_features([query], cfg, dtype=torch.float64, device=device, positions=r)
+    f_ref = environment_features(list(refs), cfg, dtype=torch.float64, device=device, positions=r_ref)
+    theta = kernel(f_query, f_ref).ntk[0]
+    total = (theta * w).sum()
+    if not second:
+        (d_ref,) = _grad(total, [r_ref])
+        return DerivativeRows(theta.detach().cpu().numpy(), d_ref.reshape(-1).detach().cpu().numpy(), None, None)
+    g_query, d_ref = _grad(total, [r, r_ref], create_graph=True)
+    g_query = g_query.reshape(-1)
+    n3, n_ref3 = g_query.numel(), r_ref.numel()
+    mixed = torch.zeros(n3, n_ref3, dtype=torch.float64, device=device)
+    d_query = torch.zeros(n3, len(refs), dtype=torch.float64, device=device)
+    batched = BATCHED and g_query.requires_grad
+    if batched:
+        eye = torch.eye(n3, dtype=torch.float64, device=device)
+        try:
+            m_all, d_all = torch.autograd.grad(g_query, [r_ref, w], grad_outputs=eye, is_grads_batched=True,
+                                               allow_unused=True, retain_graph=True)
+        except RuntimeError:  # an operation vmap cannot batch: one pass per component
+            batched = False
+        else:
+            if m_all is not None:
+                mixed = m_all.reshape(n3, -1)
+            if d_all is not None:
+                d_query = d_all
+    if not batched:
+        for i in range(n3):
+            m_i, d_i = _grad(g_query[i], [r_ref, w], retain_graph=i + 1 < n3)
+            mixed[i], d_query[i] = m_i.reshape(-1), d_i
+    as_np = lambda t: t.detach().cpu().numpy()  # noqa: E731
+    return DerivativeRows(as_np(theta), as_np(d_ref.reshape(-1)), as_np(d_query), as_np(mixed))
+
+
+def derivative_rows(kernel: SO3MolecularKernel, query: Molecule, references: Sequence[Molecule], *,
+                    second: bool = True, budget: int = PAIR_BUDGET) -> DerivativeRows:
+    """Θ(M, M'_j) and its position derivatives for one query molecule M against ``references``
+    (module docstring); ``second=False`` skips ``d_query`` and ``mixed`` (one backward pass
+    instead of 3n + 1: enough for energies predicted from a joint model)."""
+    _check_kernel(kernel)
+    if len(references) == 0:
+        raise InputError("references", "no reference molecules")
+    parts = [_rows_chunk(kernel, query, [references[j] for j in c], second) for c in _chunks(references, query.n_atoms, budget)]
+    cat = lambda name, axis: None if getattr(parts[0], name) is None else np.concatenate([getattr(p, name) for p in parts], axis=axis)  # noqa: E731
+    return DerivativeRows(cat("theta", 0), cat("d_ref", 0), cat("d_query", 1), cat("mixed", 1))
+
+
+def force_offsets(molecules: Sequence[Molecule]) -> np.ndarray:
+    """Start of each molecule's 3n force components within the force rows (length N + 1)."""
+    return np.concatenate([[0], np.cumsum([3 * m.n_atoms for m in molecules])]).astype(np.int64)
+
+
+def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
+                 others: Sequence[Molecule] | None = None) -> np.ndarray:
+    """The joint covariance of energies and forces, (N + 3Σn) × (N' + 3Σn') (module docstring):
+
+        [[Θ,         −∂Θ/∂r'      ],
+         [−∂Θ/∂r,     ∂²Θ/∂r∂r'   ]]
+
+    rows E_1 … E_N then the forces of molecule 1 (atom-major), 2, …; columns alike for
+    ``others`` (None: ``molecules``, a symmetric matrix, each pair computed once as
+    Θ(M_i, M_j) with i ≤ j: the fast-mode quadrature is symmetric in its two molecules only to
+    its accuracy, ≈ 1e-5 relative on the Lebedev grid of band limit 5)."""
+    _check_kernel(kernel)
+    same = others is None
+    others = molecules if same else others
+    if len(molecules) == 0:
+        raise InputError("molecules", "no molecules")
+    if len(others) == 0:
+        raise InputError("others", "no molecules")
+    n, n2 = len(molecules), len(others)
+    off, off2 = force_offsets(molecules), force_offsets(others)
+    out = np.zeros((n + off[-1], n2 + off2[-1]))
+    for i, mol in enumerate(molecules):
+        start = i if same else 0
+        rows = derivative_rows(kernel, mol, others[start:])
+        cols = np.arange(start, n2)
+        fcols = np.arange(n2 + off2[start], n2 + off2[-1])
+        fi = slice(n + off[i], n + off[i + 1])
+        out[i, cols] = rows.theta
+        out[i, fcols] = -rows.d_ref
+        out[fi, cols] = -rows.d_query
+        out[fi, fcols] = rows.mixed
+        if same:  # mirror row i into column i
+            out[cols, i] = rows.theta
+            out[fcols, i] = -rows.d_ref
+            out[cols, n + off[i] : n + off[i + 1]] = -rows.d_query.T
+            out[fcols, n + off[i] : n + off[i + 1]] = rows.mixed.T
+    return out
+
+
+def expansion_energy_and_gradient(kernel: SO3MolecularKernel, query: Molecule, references: Sequence[Molecule],
+                                  energy_coef: np.ndarray, force_coef: np.ndarray, *,
+                                  budget: int = PAIR_BUDGET) -> tuple[float, np.ndarray]:
+    """s(M) = Σ_j a_j Θ(M, M'_j) + Σ_j b_jᵀ ∂Θ(M, M'_j)/∂r'_j and its gradient ∂s/∂r (n, 3),
+    a = ``energy_coef`` (N,), b = ``force_coef`` (3Σn'_j,, atom-major per molecule). The mean of
+    a joint energy–force model is such an s (b = −α_F), and its forces −∂s/∂r; cost: one
+    forward pass and two backward passes (one of them second-order) per chunk, against 3n + 2
+    for the derivative rows."""
+    _check_kernel(kernel)
+    device, cfg = kernel.ctx.device, kernel.features
+    a = torch.as_tensor(np.asarray(energy_coef, dtype=np.float64), device=device)
+    b = torch.as_tensor(np.asarray(force_coef, dtype=np.float64), device=device)
+    offsets = force_offsets(references)
+    value, grad = 0.0, np.zeros((query.n_atoms, 3))
+    for chunk in _chunks(references, query.n_atoms, budget):
+        refs = [references[j] for j in chunk]
+        r = torch.tensor(query.positions, dtype=torch.float64, device=device, requires_grad=True)
+        r_ref = torch.tensor(np.concatenate([m.positions for m in refs]), dtype=torch.float64, device=device, requires_grad=True)
+        f_query = environment_features([query], cfg, dtype=torch.float64, device=device, positions=r)
+        f_ref = environment_features(refs, cfg, dtype=torch.float64, device=device, positions=r_ref)
+        theta = kernel(f_query, f_ref).ntk[0]
+        if not theta.requires_grad:  # no environment meets this chunk's: Θ and its derivatives are constant
+            value += float(theta @ a[chunk.start : chunk.stop])
+            continue
+        (d_ref,) = _grad(theta.sum(), [r_ref], create_graph=True)
+        s = theta @ a[chunk.start : chunk.stop] + d_ref.reshape(-1) @ b[offsets[chunk.start] : offsets[chunk.stop]]
+        (g,) = _grad(s, [r])
+        value += float(s.detach())
+        grad += g.detach().cpu().numpy()
+    return value, grad

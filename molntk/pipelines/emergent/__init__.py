@@ -27,5 +27,7 @@ Modules: :mod:`~molntk.pipelines.emergent.config` (the schema),
 
 from molntk.pipelines.emergent.config import EmergentIsingConfig
 from molntk.pipelines.emergent.run import run_emergent_ising
+from molntk.pipelines.emergent.so3_config import EmergentSO3Config
+from molntk.pipelines.emergent.so3_run import run_emergent_so3
 
-__all__ = ["EmergentIsingConfig", "run_emergent_ising"]
+__all__ = ["EmergentIsingConfig", "EmergentSO3Config", "run_emergent_ising", "run_emergent_so3"]

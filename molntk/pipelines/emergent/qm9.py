@@ -4,7 +4,13 @@ Data: a random QM9 subset; the target y(M) is the U0 atomization energy minus a 
 fit Σ_Z n_Z(M) w_Z on the training molecules, divided by σ_y, the standard deviation of that
 residual over them (y in units of σ_y). Every molecule is a set of environment feature maps
 (:mod:`molntk.features.environments`); a rotation R acts on them by f̂^l ↦ D^l(R) f̂^l
-(:mod:`molntk.molecular.rotation`), so rotated copies cost no new featurisation.
+(:mod:`molntk.molecular.rotation`), so rotated copies cost no new featurisation. The l = 0
+coefficient of every channel is centred, f̂^0_c ↦ f̂^0_c − ⟨f̂^0_c⟩ (the mean over the
+training environments): a rotation-invariant shift (D^0 = 1) that removes the common
+positive offset of the densities, which otherwise gives the molecular NTK one eigenvalue
+≈ 100 times the next (the direction of the atom counts, which the dressed-atom residual
+does not contain), so that gradient descent at the kernel rate would learn nothing else
+in a few hundred steps.
 
 Model: E(M) = Σ_{a∈M} N(env_a), one per-atom MLP N shared by all centre elements
 (:mod:`~molntk.pipelines.emergent.atom_sum`), trained by full-batch gradient descent on the
@@ -121,13 +127,16 @@ def energy_sets(config: EmergentSO3Config) -> EnergySets:
     sigma = float(residual[: data.n_train].std())
     y = torch.from_numpy(residual / sigma)
     features = feature_config(config)
-    test_batch = environment_features(test, features)
+    train_batch, test_batch = environment_features(train, features), environment_features(test, features)
+    offset = train_batch.coeffs[:, :, 0].mean(0)
+    for batch in (train_batch, test_batch):
+        batch.coeffs[:, :, 0] -= offset
     angles = haar_angles(data.n_rotated * data.rotations, data.seed + 1)
     rotated = rotated_batch(test_batch.select(range(data.n_rotated)), data.rotations, angles)
     evaluate = _concatenate(test_batch, rotated)
     k_max = config.augmentation.k[-1]
     return EnergySets(
-        train=environment_features(train, features),
+        train=train_batch,
         y_train=y[: data.n_train],
         evaluate=evaluate,
         y_test=y[data.n_train :],

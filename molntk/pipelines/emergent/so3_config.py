@@ -52,9 +52,9 @@ class SO3NetworkConfig(Section):
     ``lift:L σ pool dense`` has the same σ, σ_w, σ_b, L = ``features.band_limit`` and its
     kernel on the Gauss–Legendre grid of band limit ``grid``."""
 
-    activation: Literal["relu", "erf"] = "relu"
+    activation: Literal["relu", "erf"] = "erf"
     sigma_w: Annotated[float, Field(gt=0)] = 1.0
-    sigma_b: Annotated[float, Field(ge=0)] = 0.1
+    sigma_b: Annotated[float, Field(ge=0)] = 0.0
     grid: Count = 4
 
 

@@ -64,7 +64,7 @@ class SO3AugmentationConfig(Section):
     ``seed``; the width sweep runs at ``width_k`` (one of ``k``)."""
 
     k: Annotated[list[Count], Field(min_length=1)] = [1, 2, 4, 8]
-    width_k: Count = 4
+    width_k: Count = 2
     seed: Seed = 1
 
     @model_validator(mode="after")

@@ -17,9 +17,10 @@ CURVES = [
 
 
 def plot_rotation_std(path: Path, records: Sequence[dict[str, Any]], summary: dict[str, Any]) -> Path:
-    """Three panels at the last recorded step: the rotation std against k (at the base width),
-    against width (at k = width_k) and against ensemble size (at both), each beside the SO(3)
-    NTK's; ensemble size also with μ_s and the Monte Carlo law √(ntk² + member² / E)."""
+    """Three panels: the rotation std at the last recorded step against k (at the base width)
+    and against width (at k = width_k), and at every recorded step against ensemble size (at
+    both) with the law of E independent members around μ_s, √(NTK² + (member² − NTK²) / E);
+    each beside the SO(3) NTK's."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -41,13 +42,14 @@ def plot_rotation_std(path: Path, records: Sequence[dict[str, Any]], summary: di
             ax.set_xticks(xs, [str(x) for x in xs])
             ax.set_xlabel(xlabel)
         sizes = [int(s) for s in summary["by_size"]]
-        base = summary["by_k"][str(summary["width_k"])]
+        base = sorted((r for r in records if (r["k"], r["width"]) == (summary["width_k"], summary["width"])), key=lambda r: r["step"])
         ax = axes[2]
-        ax.plot(sizes, [summary["by_size"][str(s)] for s in sizes], "o-", color="C0", markerfacecolor="none",
-                label="mean of E members")
-        law = [(base["rotation_std_ntk"] ** 2 + base["rotation_std_member"] ** 2 / s) ** 0.5 for s in sizes]
-        ax.plot(sizes, law, "--", color="grey", label="√(NTK² + member² / E)")
-        ax.axhline(base["rotation_std_ntk"], color="C2", linestyle="-.", label="augmented MLP NTK μ_s")
+        for i, r in enumerate(base):
+            ax.plot(sizes, [r[f"rotation_std_E{s}"] for s in sizes], "o-", color=f"C{i}", markerfacecolor="none",
+                    label=f"mean of E members, step {r['step']}")
+            noise = max(r["rotation_std_member"] ** 2 - r["rotation_std_ntk"] ** 2, 0.0)
+            ax.plot(sizes, [(r["rotation_std_ntk"] ** 2 + noise / s) ** 0.5 for s in sizes], "--", color=f"C{i}", linewidth=1)
+        ax.plot([], [], "--", color="grey", linewidth=1, label="√(NTK² + (member² − NTK²) / E)")
         ax.axhline(so3, color="k", linestyle=":", label="SO(3) NTK")
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(s) for s in sizes])

@@ -124,7 +124,7 @@ compute: {threads: 1, device: cpu}
 """
 
 
-@pytest.mark.slow  # ≈ 10 s on two busy cores (QM9, kernels, three trainings, a plot)
+@pytest.mark.slow  # ≈ 10–20 s on two busy cores (QM9, kernels, three trainings, a plot)
 def test_config_runs_end_to_end(tmp_path: Path):
     config = tmp_path / "toy_so3.yaml"
     config.write_text(TOY, encoding="utf-8")

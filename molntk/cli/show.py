@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from molntk.cli.output import print_qm9_summary, print_results_table, stdout
-from molntk.pipelines.emergent import EmergentIsingConfig
+from molntk.pipelines.emergent import EmergentIsingConfig, EmergentSO3Config
 from molntk.pipelines.images import ImageClassificationConfig
 from molntk.pipelines.qm9 import QM9PropertyConfig
 from molntk.pipelines.qm9_summary import QM9SummaryConfig
@@ -98,10 +98,35 @@ def show_emergent_ising(config: EmergentIsingConfig, result: dict[str, Any]) -> 
     stdout().print(f"{result['wall_seconds']:.1f} s; report, metrics.csv and plots in {result['output']}/")
 
 
+#: Columns of the emergent-so3 table (last recorded step): (record key, header, format).
+EMERGENT_SO3_COLUMNS = [
+    ("k", "k", "d"),
+    ("width", "width", "d"),
+    ("rotation_std_ensemble", "rot. std ensemble", ".3g"),
+    ("rotation_std_member", "member", ".3g"),
+    ("rotation_std_ntk", "aug. MLP NTK", ".3g"),
+    ("rotation_std_so3", "SO(3) NTK", ".3g"),
+    ("test_mae_ensemble", "test MAE ens.", ".3f"),
+    ("test_mae_ntk", "NTK", ".3f"),
+]
+
+
+def show_emergent_so3(config: EmergentSO3Config, result: dict[str, Any]) -> None:
+    """The records of the last recorded step as a table (rotation std and MAE in units of
+    σ_y), the rotation std against ensemble size, then where the files are."""
+    summary = result["summary"]
+    last = [r for r in result["results"] if r["step"] == summary["step"]]
+    print_results_table(last, EMERGENT_SO3_COLUMNS, f"{config.name}: step {summary['step']}, {last[0]['members']} members")
+    sizes = ", ".join(f"E={s}: {v:.3g}" for s, v in summary["by_size"].items())
+    stdout().print(f"rotation std of the ensemble mean (k = {summary['width_k']}, width {summary['width']}): {sizes}")
+    stdout().print(f"{result['wall_seconds']:.1f} s; report, metrics.csv and plot in {result['output']}/")
+
+
 #: Task name → how its result is printed; every task of :data:`molntk.pipelines.tasks.TASKS` has one.
 SHOW: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "qm9-summary": show_qm9_summary,
     "image-classification": show_image_classification,
     "qm9-property": show_qm9_property,
     "emergent-ising": show_emergent_ising,
+    "emergent-so3": show_emergent_so3,
 }

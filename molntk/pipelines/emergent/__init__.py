@@ -1,4 +1,4 @@
-"""``task: emergent-ising``: emergent equivariance of augmented deep ensembles.
+"""``task: emergent-ising`` and ``task: emergent-so3``: emergent equivariance of augmented deep ensembles.
 
 Theory (Gerken & Kessel, ICML 2024; docs/mathematics.md §4): networks trained on the full
 orbits of their data under a group G have, at infinite width, a mean prediction over
@@ -19,7 +19,17 @@ Files in the output folder (:mod:`molntk.pipelines.files`): ``report.json`` (one
 augmentation × width × recorded step, the ``summary``, learning rate, seeds, timings),
 ``config.yaml``, ``metrics.csv``, ``width_convergence.png`` and ``orbit_std.png``.
 
-Modules: :mod:`~molntk.pipelines.emergent.config` (the schema),
+``task: emergent-so3`` (:mod:`~molntk.pipelines.emergent.qm9`): the same on QM9 energies
+with G = SO(3): per-atom MLPs on the environment feature maps, E(M) = Σ_a N(env_a), trained
+with k Haar-random rotations per molecule; the rotation std of ensembles of every size, of
+single members, of the augmented MLP NTK μ_s and of the (invariant) SO(3) NTK, against k
+and width. Files: ``report.json``, ``config.yaml``, ``metrics.csv``, ``rotation_std.png``.
+Modules: :mod:`~molntk.pipelines.emergent.so3_config`,
+:mod:`~molntk.pipelines.emergent.atom_sum` (the finite atom-sum network),
+:mod:`~molntk.pipelines.emergent.qm9`, :mod:`~molntk.pipelines.emergent.so3_plots`,
+:mod:`~molntk.pipelines.emergent.so3_run` (``run_emergent_so3``).
+
+Modules of emergent-ising: :mod:`~molntk.pipelines.emergent.config` (the schema),
 :mod:`~molntk.pipelines.emergent.ising` (data, NTK prediction, measures),
 :mod:`~molntk.pipelines.emergent.plots`, :mod:`~molntk.pipelines.emergent.run`
 (``run_emergent_ising``).
@@ -27,5 +37,7 @@ Modules: :mod:`~molntk.pipelines.emergent.config` (the schema),
 
 from molntk.pipelines.emergent.config import EmergentIsingConfig
 from molntk.pipelines.emergent.run import run_emergent_ising
+from molntk.pipelines.emergent.so3_config import EmergentSO3Config
+from molntk.pipelines.emergent.so3_run import run_emergent_so3
 
-__all__ = ["EmergentIsingConfig", "run_emergent_ising"]
+__all__ = ["EmergentIsingConfig", "EmergentSO3Config", "run_emergent_ising", "run_emergent_so3"]

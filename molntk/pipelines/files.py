@@ -161,16 +161,10 @@ def plot_learning_curve(
 ) -> Path:
     """Plot ``metric`` against ``n_train``, one line per ``model`` (log x; log y unless
     ``log_y=False``); ``hline=(value, label)`` adds a dashed reference line. Returns the PNG's path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     missing = [i for i, r in enumerate(records) if not {"model", "n_train", metric} <= r.keys()]
     if missing:
         raise ValueError(f"record {missing[0]} lacks 'model', 'n_train' or {metric!r}: cannot plot {metric}")
-    fig, ax = plt.subplots(figsize=(6.0, 4.2), dpi=120)
-    try:
+    with figure(figsize=(6.0, 4.2), dpi=120) as (fig, ax):
         for i, model in enumerate(dict.fromkeys(r["model"] for r in records)):
             points = sorted((r["n_train"], r[metric]) for r in records if r["model"] == model and r[metric] is not None)
             if points:  # markers and dashes differ, so that coinciding curves stay visible
@@ -187,6 +181,20 @@ def plot_learning_curve(
         ax.legend(fontsize=8)
         fig.tight_layout()
         return save_figure(fig, Path(out_dir) / filename)
+
+
+@contextmanager
+def figure(*grid: int, **options: Any) -> Iterator[tuple[Any, Any]]:
+    """``plt.subplots(*grid, **options)`` on matplotlib's file-only Agg backend (no display
+    needed): yields (figure, axes) and closes the figure on exit, also after an error."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(*grid, **options)
+    try:
+        yield fig, axes
     finally:
         plt.close(fig)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from molntk.pipelines.emergent.ising import loglog_slope
-from molntk.pipelines.files import save_figure
+from molntk.pipelines.files import figure, save_figure
 
 
 def plot_width_convergence(path: Path, records: Sequence[dict[str, Any]], steps: Sequence[int]) -> Path:
@@ -15,13 +15,7 @@ def plot_width_convergence(path: Path, records: Sequence[dict[str, Any]], steps:
     ``steps``, with its bias (the Monte Carlo part removed) and fitted slopes; at the last of
     them also single members against the NTK, the Monte Carlo floor √(Σ_t / E) and a 1/width
     guide."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-    try:
+    with figure(figsize=(6.4, 4.4), dpi=120) as (fig, ax):
         for i, step in enumerate(steps):
             rows = sorted((r for r in records if r["augmented"] and r["step"] == step), key=lambda r: r["width"])
             widths = [r["width"] for r in rows]
@@ -51,21 +45,13 @@ def plot_width_convergence(path: Path, records: Sequence[dict[str, Any]], steps:
         ax.legend(fontsize=7)
         fig.tight_layout()
         return save_figure(fig, path)
-    finally:
-        plt.close(fig)
 
 
 def plot_orbit_std(path: Path, records: Sequence[dict[str, Any]], width: int) -> Path:
     """Relative orbit std over training steps, in and out of distribution: the augmented
     ensemble at ``width``, its single members, the NTK prediction, and the un-augmented
     ensemble and NTK where they ran."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.2), dpi=120, sharey=True)
-    try:
+    with figure(1, 2, figsize=(10.0, 4.2), dpi=120, sharey=True) as (fig, axes):
         for ax, name in zip(axes, ("in", "ood")):
             for augmented, tag, style in [(True, "augmented", "-"), (False, "no augmentation", "--")]:
                 rows = sorted((r for r in records if r["augmented"] is augmented and r["width"] == width), key=lambda r: r["step"])
@@ -87,5 +73,3 @@ def plot_orbit_std(path: Path, records: Sequence[dict[str, Any]], width: int) ->
         axes[1].legend(fontsize=7)
         fig.tight_layout()
         return save_figure(fig, path)
-    finally:
-        plt.close(fig)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from molntk.pipelines.files import save_figure
+from molntk.pipelines.files import figure, save_figure
 
 #: (summary key, label, marker, colour) of the curves against k and against width.
 CURVES = [
@@ -21,14 +21,9 @@ def plot_rotation_std(path: Path, records: Sequence[dict[str, Any]], summary: di
     and against width (at k = width_k), and at every recorded step against ensemble size (at
     both) with the law of E independent members around μ_s, √(NTK² + (member² − NTK²) / E);
     each beside the SO(3) NTK's."""
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13.0, 4.2), dpi=120, sharey=True)
     so3 = max(summary["rotation_std_so3"], 1e-17)  # an exact 0 on the log axis
-    try:
+    with figure(1, 3, figsize=(13.0, 4.2), dpi=120, sharey=True) as (fig, axes):
         for ax, sweep, xlabel in [
             (axes[0], "by_k", f"rotations per training molecule k (width {summary['width']})"),
             (axes[1], "by_width", f"hidden width (k = {summary['width_k']})"),
@@ -61,5 +56,3 @@ def plot_rotation_std(path: Path, records: Sequence[dict[str, Any]], summary: di
             ax.legend(fontsize=7)
         fig.tight_layout()
         return save_figure(fig, path)
-    finally:
-        plt.close(fig)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from molntk.errors import InputError
-from molntk.pipelines.files import save_figure
+from molntk.pipelines.files import figure, save_figure
 from molntk.regression import KernelRegressor
 
 
@@ -74,16 +74,11 @@ def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> 
 
 def plot_confusion(path: str | Path, matrix: np.ndarray, classes: tuple[str, ...], title: str) -> Path:
     """Row-normalised confusion matrix (true class per row) as a PNG at ``path``, counts in the cells."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     totals = matrix.sum(axis=1, keepdims=True)
     rates = matrix / np.where(totals > 0, totals, 1)
     size = 1.6 + 0.45 * len(classes)
-    fig, ax = plt.subplots(figsize=(size + 1.0, size), dpi=120)
-    try:
+    with figure(figsize=(size + 1.0, size), dpi=120) as (fig, ax):
         image = ax.imshow(rates, cmap="Blues", vmin=0.0, vmax=1.0)
         for i in range(len(classes)):
             for j in range(len(classes)):
@@ -98,5 +93,3 @@ def plot_confusion(path: str | Path, matrix: np.ndarray, classes: tuple[str, ...
         fig.colorbar(image, ax=ax, fraction=0.046, label="fraction of the true class")
         fig.tight_layout()
         return save_figure(fig, path)
-    finally:
-        plt.close(fig)

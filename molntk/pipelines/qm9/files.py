@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, save_figure, write_metrics_csv, write_report
+from molntk.pipelines.files import figure, output_dir, plot_learning_curve, result_set, save_figure, write_metrics_csv, write_report
 from molntk.pipelines.qm9.config import QM9PropertyConfig
 from molntk.pipelines.qm9.evaluate import STD_SUFFIX
 from molntk.pipelines.qm9.models import write_models
@@ -94,18 +94,13 @@ def _write_predictions(out: Path, predictions: dict[str, dict[str, list[float]]]
 
 def _plot_parity(path: Path, target: str, unit: str, truth: list[float], by_model: dict[str, list[float]], n: int) -> None:
     """parity.png: predicted against true ``target`` at training size n, one panel per model (at most 4 a row)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     models = list(by_model)
     cols = min(4, max(1, len(models)))
     rows = max(1, math.ceil(len(models) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows), dpi=110, squeeze=False)
     y = np.asarray(truth)
-    try:
+    with figure(rows, cols, figsize=(3.2 * cols, 3.2 * rows), dpi=110, squeeze=False) as (fig, axes):
         for ax, model in zip(axes.flat, models):
             p = np.asarray(by_model[model])
             lo, hi = float(min(y.min(), p.min())), float(max(y.max(), p.max()))
@@ -122,21 +117,13 @@ def _plot_parity(path: Path, target: str, unit: str, truth: list[float], by_mode
         fig.suptitle(f"{target}: test predictions at n_train = {n}", fontsize=9)
         fig.tight_layout()
         save_figure(fig, path)
-    finally:
-        plt.close(fig)
 
 
 def _plot_calibration(path: Path, target: str, truth: list[float], means: dict[str, list[float]],
                       stds: dict[str, list[float]], n: int) -> None:
     """calibration.png: observed coverage (fraction of |error| ≤ Φ⁻¹((1 + p)/2) σ) against the
     confidence level p, one line per model with a std, and the diagonal of perfect calibration."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(4.2, 4.0), dpi=110)
-    try:
+    with figure(figsize=(4.2, 4.0), dpi=110) as (fig, ax):
         ax.plot([0, 1], [0, 1], color="grey", linewidth=0.8, label="calibrated")
         for model, std in stds.items():
             observed = coverage_curve(np.asarray(truth), np.asarray(means[model]), np.asarray(std), CONFIDENCE_LEVELS)
@@ -150,5 +137,3 @@ def _plot_calibration(path: Path, target: str, truth: list[float], means: dict[s
         ax.set_title(f"{target}: calibration at n_train = {n}", fontsize=9)
         fig.tight_layout()
         save_figure(fig, path)
-    finally:
-        plt.close(fig)

@@ -16,7 +16,12 @@ process and records:
     python benchmarks/full_qm9.py --set "learning_curve.n_train=[2000]" --set learning_curve.n_test=500
 
 Writes benchmarks/results/full_qm9.json (``--json``): one entry per device, config and
-overrides, so runs on other machines and sizes are kept beside each other.
+overrides, so runs on other machines and sizes are kept beside each other. ``--records``
+also writes the run's test records alone, as a JSON list in the shape of report.json's
+``results`` ({model, target, n_train, mae, rmse, …}):
+
+    python benchmarks/full_qm9.py --config configs/qm9_u0_scale.yaml --output runs/qm9_u0_scale \
+        --json benchmarks/results/full_qm9.json --records benchmarks/results/qm9_u0_scale.json
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--output", type=Path, default=None, help="run folder (default: a temporary one, deleted)")
     parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--records", type=Path, default=None, help="also write the records alone, as a JSON list")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="molntk-full-qm9-") as scratch:
         row = run(args.config, args.overrides, args.output or Path(scratch))
@@ -93,6 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.json, json.dumps(runs, indent=1) + "\n")
     print(f"wrote {args.json}")
+    if args.records is not None:
+        atomic_write_text(args.records, json.dumps(row["records"], indent=1) + "\n")
+        print(f"wrote {args.records}")
 
 
 if __name__ == "__main__":

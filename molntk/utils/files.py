@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,12 +21,25 @@ from pathlib import Path
 from typing import IO, Any
 
 
+def file_mode(target: Path) -> int:
+    """The permission bits ``target`` gets from an atomic write: its own when it exists,
+    else those of a plain ``open(target, "w")``, 0o666 less the process's umask (a
+    temporary file alone would keep mkstemp's owner-only 0o600)."""
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 @contextmanager
 def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``target``; on success rename it onto ``target``.
 
     Use it for writers that insist on a file name (``numpy.savez``, ``matplotlib``).
-    ``suffix`` keeps an extension that such writers look at.
+    ``suffix`` keeps an extension that such writers look at. The file gets the permission
+    bits of :func:`file_mode`.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -33,6 +47,7 @@ def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Pa
     os.close(fd)
     tmp_path = Path(tmp)
     try:
+        os.chmod(tmp_path, file_mode(target))
         yield tmp_path
         with open(tmp_path, "rb+") as fh:
             fh.flush()

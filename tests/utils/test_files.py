@@ -1,10 +1,14 @@
-"""Staged result sets and the writability check of output folders (molntk/utils/files.py)."""
+"""Staged result sets, atomic writes' permission bits and the writability check of output
+folders (molntk/utils/files.py)."""
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 
-from molntk.utils.files import folder_write_problem, staged_folder
+from molntk.utils.files import atomic_write_text, folder_write_problem, staged_folder
 
 
 def _partials(folder):
@@ -49,3 +53,21 @@ def test_folder_write_problem_names_what_is_in_the_way(tmp_path):
     blocker.write_text("x")
     assert folder_write_problem(blocker) == "exists and is not a folder"
     assert folder_write_problem(blocker / "sub") == f"{blocker} is not a folder"
+
+
+def test_atomic_writes_give_new_files_the_umask_mode_and_keep_an_existing_files_mode(tmp_path):
+    """A new file gets 0o666 less the umask, as open() would (not mkstemp's 0o600); a
+    replaced file keeps its own permission bits."""
+    old = os.umask(0o022)
+    try:
+        new = tmp_path / "new.txt"
+        atomic_write_text(new, "a")
+        assert stat.S_IMODE(new.stat().st_mode) == 0o644
+        kept = tmp_path / "kept.txt"
+        kept.write_text("old")
+        kept.chmod(0o640)
+        atomic_write_text(kept, "new")
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o640
+        assert kept.read_text() == "new"
+    finally:
+        os.umask(old)

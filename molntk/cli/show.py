@@ -9,6 +9,7 @@ from typing import Any
 from molntk.cli.output import print_qm9_summary, print_results_table, stdout
 from molntk.pipelines.emergent import EmergentIsingConfig, EmergentSO3Config
 from molntk.pipelines.images import ImageClassificationConfig
+from molntk.pipelines.md import MDForceFieldConfig
 from molntk.pipelines.qm9 import QM9PropertyConfig
 from molntk.pipelines.qm9_summary import QM9SummaryConfig
 
@@ -122,6 +123,31 @@ def show_emergent_so3(config: EmergentSO3Config, result: dict[str, Any]) -> None
     stdout().print(f"{result['wall_seconds']:.1f} s; report, metrics.csv and plot in {result['output']}/")
 
 
+#: Columns of the md-force-field table: (record key, header, format).
+MD_COLUMNS = [
+    ("model", "model", "s"),
+    ("n_train", "n_train", "d"),
+    ("energy_mae", "energy MAE", ".4g"),
+    ("force_mae", "force MAE", ".4g"),
+    ("energy_rmse", "energy RMSE", ".4g"),
+    ("force_rmse", "force RMSE", ".4g"),
+    ("fit_seconds", "fit s", ".1f"),
+    ("predict_seconds", "predict s", ".1f"),
+]
+
+
+def show_md_force_field(config: MDForceFieldConfig, result: dict[str, Any]) -> None:
+    """The records as a table (energy unit and its unit per Å), read failures if any, then where the files are."""
+    data = result["data"]
+    unit = config.data.energy_unit
+    print_results_table(result["results"], MD_COLUMNS,
+                        f"{config.name}: {data['formula']}, {result['results'][0]['n_test']} test frames "
+                        f"(energies in {unit}, forces in {unit}/Å)")
+    for failure in result["failures"]:
+        stdout().print(f"not read: {failure}")
+    stdout().print(f"{result['wall_seconds']:.1f} s; report, metrics.csv and plots in {result['output']}/")
+
+
 #: Task name → how its result is printed; every task of :data:`molntk.pipelines.tasks.TASKS` has one.
 SHOW: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "qm9-summary": show_qm9_summary,
@@ -129,4 +155,5 @@ SHOW: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "qm9-property": show_qm9_property,
     "emergent-ising": show_emergent_ising,
     "emergent-so3": show_emergent_so3,
+    "md-force-field": show_md_force_field,
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 from molntk.config import Task, TaskRegistry
 from molntk.pipelines.emergent import EmergentIsingConfig, EmergentSO3Config, run_emergent_ising, run_emergent_so3
 from molntk.pipelines.images import ImageClassificationConfig, run_image_classification
+from molntk.pipelines.md import MDForceFieldConfig, run_md_force_field
 from molntk.pipelines.qm9 import QM9PropertyConfig, run_and_write
 from molntk.pipelines.qm9_summary import QM9SummaryConfig, run_qm9_summary
 
@@ -24,5 +25,6 @@ TASKS = TaskRegistry(
         Task(QM9PropertyConfig, run_and_write),
         Task(EmergentIsingConfig, run_emergent_ising),
         Task(EmergentSO3Config, run_emergent_so3),
+        Task(MDForceFieldConfig, run_md_force_field),
     ]
 )

@@ -1,0 +1,99 @@
+"""Configuration schema of ``task: md-force-field`` (:mod:`molntk.pipelines.md`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from molntk.config import Count, FieldError, Section, Seed, TaskConfig, UserPath
+from molntk.data.md import MD_MOLECULES
+
+
+class MDDataConfig(Section):
+    """Frames of one molecule with energies and per-atom forces: ``molecule`` names a
+    GFN2-xTB trajectory of the molntk cache (``<cache>/md/<molecule>.extxyz``, made by
+    ``data/md/make_md_trajectories.py``), or ``path`` any file that
+    :func:`~molntk.data.labelled.read_labelled` reads with forces (extended xyz, an ASE
+    database, MD17/rMD17 ``.npz``); the energies under ``energy_key``, in ``energy_unit``,
+    the forces in that unit per Å."""
+
+    molecule: Literal[tuple(MD_MOLECULES)] | None = "ethanol"  # type: ignore[valid-type]
+    path: UserPath | None = None
+    energy_key: str = "energy"
+    energy_unit: str = "eV"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MDDataConfig:
+        if (self.molecule is None) == (self.path is None):
+            raise FieldError("path", "give exactly one of molecule (a cached trajectory) and path (a file)")
+        return self
+
+
+class MDSplitConfig(Section):
+    """A seeded permutation of the frames: its first ``n_test`` frames test every model, the
+    next ones train, nested: the model at each size of ``n_train`` (strictly increasing)
+    trains on the first n of them."""
+
+    n_train: Annotated[list[Count], Field(min_length=1)] = [100, 250, 1000]
+    n_test: Count = 1000
+    seed: Seed = 0
+
+    @model_validator(mode="after")
+    def _increasing(self) -> MDSplitConfig:
+        if any(a >= b for a, b in zip(self.n_train, self.n_train[1:])):
+            raise FieldError("n_train", f"must be strictly increasing, got {self.n_train}")
+        return self
+
+
+class SO3ModelConfig(Section):
+    """An SO(3) NTK model: ``params`` are the estimator's keyword arguments
+    (:class:`~molntk.models.force_field.SO3ForceFieldRegressor` for ``so3_forces``,
+    :class:`~molntk.models.so3_ntk.SO3NTKRegressor` for ``so3_energy``; their defaults where
+    absent)."""
+
+    params: dict[str, Any] = {}
+
+
+class SGDMLModelConfig(Section):
+    """The sGDML baseline (:class:`~molntk.models.sgdml_baseline.SGDMLForceField`): the σ
+    grid searched on held-out training frames, and the permutational symmetries."""
+
+    sigmas: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [10.0, 20.0, 30.0, 50.0, 70.0]
+    use_sym: bool = True
+    validation_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+
+
+class MDModelsConfig(Section):
+    """The models side by side (null: left out): ``so3_forces`` the SO(3) NTK trained on
+    energies and forces; ``so3_energy`` the SO(3) NTK trained on energies only (its forces
+    are the gradient of its energy); ``sgdml`` the sGDML baseline."""
+
+    so3_forces: SO3ModelConfig | None = SO3ModelConfig()
+    so3_energy: SO3ModelConfig | None = SO3ModelConfig()
+    sgdml: SGDMLModelConfig | None = SGDMLModelConfig()
+
+    @model_validator(mode="after")
+    def _some_model(self) -> MDModelsConfig:
+        if self.so3_forces is None and self.so3_energy is None and self.sgdml is None:
+            raise FieldError("so3_forces", "every model is null: nothing to run")
+        return self
+
+
+class MDComputeConfig(Section):
+    """``threads``: torch CPU threads during the run (null: torch's default)."""
+
+    threads: Count | None = None
+
+
+class MDForceFieldConfig(TaskConfig):
+    """``task: md-force-field``: force fields on the frames of one molecule, learning curves
+    of energy and force errors, the SO(3) NTK beside sGDML; ``output``: default
+    ``results/<name>/``."""
+
+    task: Literal["md-force-field"]
+    data: MDDataConfig = MDDataConfig()
+    split: MDSplitConfig = MDSplitConfig()
+    models: MDModelsConfig = MDModelsConfig()
+    compute: MDComputeConfig = MDComputeConfig()
+    output: UserPath | None = None

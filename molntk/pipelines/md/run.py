@@ -1,0 +1,139 @@
+"""The run of ``task: md-force-field``: frames → split → every model at every training size →
+``report.json``, ``config.yaml``, ``metrics.csv``, ``learning_curve_energy.png`` and
+``learning_curve_forces.png``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.base import clone
+
+from molntk.data.labelled import LabelledData, read_labelled
+from molntk.data.md import md_cache_dir
+from molntk.errors import InputError
+from molntk.models.force_field import SO3ForceFieldRegressor
+from molntk.models.sgdml_baseline import SGDMLForceField
+from molntk.models.so3_ntk import SO3NTKRegressor
+from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, write_metrics_csv, write_report
+from molntk.pipelines.md.config import MDForceFieldConfig
+from molntk.scale.devices import torch_threads
+from molntk.scale.progress import Progress
+
+#: Fitted attributes reported as each model's chosen hyperparameters, where the model (or
+#: its fitted regressor, ``regressor_``) has them.
+CHOSEN = ("sigma_", "sigma_at_grid_edge_", "reg_energy_", "reg_force_", "cv_score_", "reg_relative_")
+
+
+def frames_path(config: MDForceFieldConfig) -> Path:
+    """The file of the frames: ``data.path``, or the cached trajectory of ``data.molecule``
+    (InputError saying how to make it when it is missing)."""
+    if config.data.path is not None:
+        return config.data.path
+    path = md_cache_dir() / f"{config.data.molecule}.extxyz"
+    if not path.exists():
+        raise InputError("data.molecule", f"no cached trajectory {path}: make it with "
+                         f"`python data/md/make_md_trajectories.py --molecules {config.data.molecule}` (needs molntk[md])")
+    return path
+
+
+def estimators(config: MDForceFieldConfig) -> dict[str, Any]:
+    """Model name → unfitted estimator, built before any work (InputError naming the key
+    of an unknown parameter)."""
+    models, out = config.models, {}
+    for key, name, make in [("so3_forces", "so3-ntk-forces", SO3ForceFieldRegressor),
+                            ("so3_energy", "so3-ntk-energy", SO3NTKRegressor)]:
+        section = getattr(models, key)
+        if section is not None:
+            try:
+                out[name] = make(**section.params)
+            except TypeError as err:
+                raise InputError(f"models.{key}.params", str(err)) from err
+    if models.sgdml is not None:
+        out["sgdml"] = SGDMLForceField(sigmas=tuple(models.sgdml.sigmas), use_sym=models.sgdml.use_sym,
+                                       validation_fraction=models.sgdml.validation_fraction, seed=config.split.seed)
+    return out
+
+
+def split(config: MDForceFieldConfig, n_frames: int) -> tuple[np.ndarray, np.ndarray]:
+    """(test frames, training pool in order) of the seeded permutation (MDSplitConfig)."""
+    need = config.split.n_train[-1] + config.split.n_test
+    if need > n_frames:
+        raise InputError("split.n_train", f"the largest n_train {config.split.n_train[-1]} and n_test "
+                         f"{config.split.n_test} need {need} frames; the data has {n_frames}")
+    order = np.random.default_rng(config.split.seed).permutation(n_frames)
+    return order[: config.split.n_test], order[config.split.n_test:]
+
+
+def _errors(true: np.ndarray, predicted: np.ndarray) -> tuple[float, float]:
+    """(MAE, RMSE) of the components."""
+    diff = np.asarray(predicted) - np.asarray(true)
+    return float(np.abs(diff).mean()), float(np.sqrt(np.mean(diff**2)))
+
+
+def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray, train: np.ndarray,
+             test: np.ndarray, unit: str) -> dict[str, Any]:
+    """Fit ``estimator`` on the frames ``train`` (energies and forces; the energy-only
+    model ignores the forces), predict energies and forces of ``test``: one record."""
+    pick = lambda rows: [data.molecules[i] for i in rows]  # noqa: E731
+    forces = [data.forces[i] for i in train]
+    tic = time.perf_counter()
+    if isinstance(estimator, SO3NTKRegressor):
+        estimator.fit(pick(train), energies[train])
+    else:
+        estimator.fit(pick(train), energies[train], forces)
+    fit_seconds = time.perf_counter() - tic
+    tic = time.perf_counter()
+    e_pred, f_pred = estimator.predict_forces(pick(test), return_energy=True)
+    predict_seconds = time.perf_counter() - tic
+    e_mae, e_rmse = _errors(energies[test], e_pred)
+    f_mae, f_rmse = _errors(np.concatenate([data.forces[i] for i in test]), np.concatenate(f_pred))
+    return {
+        "model": name, "n_train": len(train), "n_test": len(test),
+        "energy_mae": e_mae, "energy_rmse": e_rmse, "force_mae": f_mae, "force_rmse": f_rmse,
+        "energy_unit": unit, "force_unit": f"{unit}/Å",
+        "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
+        "chosen": chosen_hyperparameters(estimator),
+    }
+
+
+def chosen_hyperparameters(estimator: Any) -> dict[str, Any]:
+    """The :data:`CHOSEN` attributes the fitted estimator (or its ``regressor_``) has."""
+    holders = [estimator, getattr(estimator, "regressor_", None)]
+    return {key: getattr(h, key) for h in holders if h is not None for key in CHOSEN if getattr(h, key, None) is not None}
+
+
+def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progress | None = None) -> dict[str, Any]:
+    """Run the learning curves, write the files and return ``{"output", "results", "data",
+    "failures", "wall_seconds"}``; ``progress("fits", done, total)`` after each fit."""
+    start = time.perf_counter()
+    out = output_dir(config.name, config.output)  # checked before any work
+    models = estimators(config)
+    path = frames_path(config)
+    data = read_labelled(path, [config.data.energy_key], forces=True)
+    energies = np.asarray(data.targets[config.data.energy_key], dtype=np.float64)
+    test, pool = split(config, len(data.molecules))
+    runs = [(n, name) for n in config.split.n_train for name in models]
+    records: list[dict[str, Any]] = []
+    with torch_threads(config.compute.threads):
+        for done, (n, name) in enumerate(runs):
+            records.append(evaluate(name, clone(models[name]), data, energies, pool[:n], test, config.data.energy_unit))
+            if progress is not None:
+                progress("fits", done + 1, len(runs))
+    described = {"file": str(path), "n_frames": len(data.molecules), "formula": data.molecules[0].formula,
+                 "n_atoms": data.molecules[0].n_atoms, "energy_key": config.data.energy_key}
+    failures = [failure.message for failure in data.failures]
+    unit = config.data.energy_unit
+    with result_set(out) as stage:
+        plot_learning_curve(stage, records, metric="energy_mae", ylabel=f"energy MAE ({unit})",
+                            filename="learning_curve_energy.png")
+        plot_learning_curve(stage, records, metric="force_mae", ylabel=f"force component MAE ({unit}/Å)",
+                            filename="learning_curve_forces.png")
+        wall = time.perf_counter() - start
+        write_report(stage, config=config.to_dict(), records=records,
+                     extra={"data": described, "read_failures": failures, "test_frames": test.tolist(),
+                            "wall_seconds": wall})
+        write_metrics_csv(stage, [{k: v for k, v in r.items() if k != "chosen"} for r in records])
+    return {"output": str(out), "results": records, "data": described, "failures": failures, "wall_seconds": wall}

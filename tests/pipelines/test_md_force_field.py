@@ -1,0 +1,78 @@
+"""``task: md-force-field`` (molntk/pipelines/md) on the committed ethanol sample."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from molntk.config import ConfigValidationError
+from molntk.errors import InputError
+from molntk.pipelines.md.run import split
+from molntk.pipelines.tasks import TASKS
+
+pytest.importorskip("sgdml", reason="the sGDML baseline needs the optional package sgdml (molntk[md])")
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "md" / "ethanol_sample.extxyz"
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "md.yaml"
+    path.write_text(f"name: md_test\ntask: md-force-field\ndata: {{molecule: null, path: {SAMPLE}}}\n{text}")
+    return path
+
+
+def test_the_split_is_disjoint_seeded_and_nested(tmp_path):
+    config = TASKS.load(write_config(tmp_path, "split: {n_train: [10, 30], n_test: 40, seed: 3}\n"))
+    test, pool = split(config, 100)
+    assert len(test) == 40 and len(pool) == 60
+    assert not set(test) & set(pool) and set(test) | set(pool) == set(range(100))
+    again, _ = split(config, 100)
+    assert np.array_equal(test, again)
+    with pytest.raises(InputError, match=r"split\.n_train.*need 80 frames; the data has 70"):
+        split(TASKS.load(write_config(tmp_path, "split: {n_train: [40], n_test: 40}\n")), 70)
+
+
+@pytest.mark.parametrize("text, key", [
+    ("data: {molecule: ethanol, path: x.extxyz}\n", "path"),
+    ("split: {n_train: [20, 10]}\n", "n_train"),
+    ("models: {so3_forces: null, so3_energy: null, sgdml: null}\n", "so3_forces"),
+])
+def test_bad_configs_name_the_key(tmp_path, text, key):
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"name: bad\ntask: md-force-field\n{text}")
+    with pytest.raises(ConfigValidationError, match=key):
+        TASKS.load(path)
+
+
+def test_an_unknown_model_parameter_is_refused_before_any_work(tmp_path):
+    config = TASKS.load(write_config(tmp_path, "models: {so3_forces: {params: {sigma_q: 1}}}\n"),
+                        [f"output={tmp_path / 'out'}"])
+    with pytest.raises(InputError, match=r"models\.so3_forces\.params.*sigma_q"):
+        TASKS[config.task].run(config, "md.yaml")
+    assert not any((tmp_path / "out").iterdir())
+
+
+def test_a_tiny_run_writes_its_files_and_force_training_beats_energy_training_on_forces(tmp_path):
+    """Two training sizes, three models, 6 test frames: every record, every file; the model
+    trained on 8 frames' forces (216 force labels) predicts forces better than the one trained
+    on their 8 energies, whose forces are a by-product."""
+    config = TASKS.load(write_config(tmp_path, (
+        "split: {n_train: [4, 8], n_test: 6, seed: 0}\n"
+        "models: {so3_forces: {params: {grid_band_limit: 3}}, so3_energy: {params: {grid_band_limit: 3}},"
+        " sgdml: {sigmas: [20.0], validation_fraction: 0.25}}\n"
+        "compute: {threads: 1}\n")), [f"output={tmp_path / 'out'}"])
+    result = TASKS[config.task].run(config, "md.yaml")
+    out = tmp_path / "out"
+    for name in ("report.json", "config.yaml", "metrics.csv", "learning_curve_energy.png", "learning_curve_forces.png"):
+        assert (out / name).is_file(), name
+    report = json.loads((out / "report.json").read_text())
+    assert {(r["model"], r["n_train"]) for r in report["results"]} == {
+        (m, n) for m in ("so3-ntk-forces", "so3-ntk-energy", "sgdml") for n in (4, 8)}
+    assert report["data"]["formula"] == "C2H6O" and len(report["test_frames"]) == 6
+    by = {(r["model"], r["n_train"]): r for r in result["results"]}
+    assert by["so3-ntk-forces", 8]["force_mae"] < by["so3-ntk-energy", 8]["force_mae"]
+    assert {"reg_energy_", "reg_force_"} <= set(by["so3-ntk-forces", 8]["chosen"])
+    assert by["sgdml", 8]["chosen"]["sigma_"] == 20.0

@@ -19,13 +19,13 @@ from typer.testing import CliRunner
 from molntk.cli import app
 from molntk.data.molecule import Molecule
 from molntk.data.readers import read_molecules
-from molntk.ensembles import StackedEnsemble, train_full_batch
+from molntk.ensembles import StackedEnsemble, group_means, train_full_batch
 from molntk.features.environments import FeatureConfig, environment_features
 from molntk.features.radial import GaussianBasis
 from molntk.molecular.baselines.mlp import MLPArchitecture, MLPNTK
 from molntk.molecular.rotation import haar_angles, rotate_environments, rotated_batch
 from molntk.pipelines.emergent.atom_sum import AtomSumMLP, padded_inputs
-from molntk.pipelines.emergent.qm9 import group_means, rotation_std
+from molntk.pipelines.emergent.qm9 import rotation_std
 from molntk.regression import NTKDynamics
 
 pytestmark = pytest.mark.usefixtures("one_thread")

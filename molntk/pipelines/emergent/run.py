@@ -11,7 +11,8 @@ import torch
 
 from molntk.ensembles import kernel_learning_rate, record_steps, train_ensemble
 from molntk.pipelines.emergent.config import EmergentIsingConfig
-from molntk.pipelines.emergent.ising import ensemble_records, ising_data, ising_network, loglog_slope, ntk_prediction
+from molntk.pipelines.emergent.ising import ensemble_records, ising_data, ising_network
+from molntk.pipelines.emergent.measures import loglog_slope, ntk_prediction
 from molntk.pipelines.emergent.plots import plot_orbit_std, plot_width_convergence
 from molntk.pipelines.files import output_dir, result_set, write_metrics_csv, write_report
 from molntk.scale.devices import resolve_device, torch_threads

@@ -19,13 +19,6 @@ from molntk.scale.devices import resolve_device, torch_threads
 from molntk.scale.progress import Progress
 
 
-def runs(config: EmergentSO3Config) -> list[tuple[int, int]]:
-    """(k, width) of every ensemble: the k sweep at ``ensemble.width``, then the other widths
-    at ``augmentation.width_k``."""
-    ens, aug = config.ensemble, config.augmentation
-    return [(k, ens.width) for k in aug.k] + [(aug.width_k, w) for w in ens.widths if w != ens.width]
-
-
 def run_emergent_so3(config: EmergentSO3Config, source: str, progress: Progress | None = None) -> dict[str, Any]:
     """Run the experiment, write its files and return ``{"output", "summary", "results",
     "wall_seconds"}``; ``progress("ensembles", done, total)`` after each trained ensemble."""
@@ -52,7 +45,7 @@ def run_emergent_so3(config: EmergentSO3Config, source: str, progress: Progress 
         kernel_seconds = time.perf_counter() - tic
         evaluate = padded_inputs(sets.evaluate, sets.slots).to(dtype=dtype, device=device)
         channels, coeffs = sets.train.coeffs.shape[1:]
-        arch, plan, train_seconds = architecture(config), runs(config), {}
+        arch, plan, train_seconds = architecture(config), ens.plan(config.augmentation.k, config.augmentation.width_k), {}
         for done, (k, width) in enumerate(plan):
             batch, y = augmented[k]
             tic = time.perf_counter()

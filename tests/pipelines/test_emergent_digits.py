@@ -5,20 +5,18 @@ width, the config round trip and its errors, and the task end to end through ``m
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
 
-from molntk.cli import app
 from molntk.ensembles import relative_orbit_std, train_ensemble
 from molntk.pipelines.emergent.digits import accuracy, cnn, ensemble_records, ntk_predictions, on_orbit, orbit_same
 from molntk.pipelines.emergent.digits_config import EmergentDigitsConfig
 from molntk.pipelines.emergent.digits_data import digits_data
 from molntk.pipelines.tasks import TASKS
+from tests.helpers.toy_runs import config_error, run_toy
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STEPS = (1, 7, 40)
@@ -121,15 +119,9 @@ compute: {threads: 1, device: cpu}
 
 @pytest.mark.slow  # ≈ 10 s on two busy cores (kernels, four trainings, four plots)
 def test_config_runs_end_to_end(tmp_path: Path):
-    config = tmp_path / "toy_digits.yaml"
-    config.write_text(TOY, encoding="utf-8")
+    report = run_toy(tmp_path, TOY, ("report.json", "config.yaml", "metrics.csv", "orbit_std.png", "orbit_same.png", "ensemble_size.png",
+                 "width_convergence.png"))
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(config), "--set", f"output={out}", "--json"])
-    assert result.exit_code == 0, result.output
-    for name in ("report.json", "config.yaml", "metrics.csv", "orbit_std.png", "orbit_same.png", "ensemble_size.png",
-                 "width_convergence.png"):
-        assert (out / name).stat().st_size > 0, name
-    report = json.loads((out / "report.json").read_text())
     records, summary = report["results"], report["summary"]
     # (k 4, 8 at width 16; k 4 at width 8; the control measured on both orbits) × 3 steps
     assert len(records) == (2 + 1 + 2) * 3 and report["recorded_steps"] == [1, 4, 20]
@@ -157,9 +149,4 @@ def test_config_runs_end_to_end(tmp_path: Path):
     ],
 )
 def test_bad_config_gives_one_line_naming_the_key(tmp_path: Path, override: str, message: str):
-    config = tmp_path / "toy_digits.yaml"
-    config.write_text(TOY, encoding="utf-8")
-    result = CliRunner().invoke(app, ["run", str(config), "--set", override])
-    assert result.exit_code == 2
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and message in lines[0], result.output
+    assert message in config_error(tmp_path, TOY, override)

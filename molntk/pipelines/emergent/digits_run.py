@@ -6,19 +6,18 @@ the C_k GCNNs), one ensemble per (k, width) and the un-augmented control, then
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
-import torch
-
-from molntk.ensembles import record_steps, train_ensemble
+from molntk.ensembles import train_ensemble
 from molntk.pipelines.emergent.digits import cnn, ensemble_records, ntk_predictions
 from molntk.pipelines.emergent.digits_config import EmergentDigitsConfig
 from molntk.pipelines.emergent.digits_data import digits_data
 from molntk.pipelines.emergent.digits_plots import plot_ensemble_size, plot_orbit_measure
 from molntk.pipelines.emergent.measures import loglog_slope
 from molntk.pipelines.emergent.plots import plot_width_convergence
-from molntk.pipelines.files import output_dir, result_set, write_metrics_csv, write_report
-from molntk.scale.devices import resolve_device, torch_threads
+from molntk.pipelines.emergent.runs import run_setup, write_results
+from molntk.scale.devices import torch_threads
 from molntk.scale.progress import Progress
 
 #: Who is measured: the ensemble mean, single members, the CNN NTK μ_s and the C_k GCNN's.
@@ -41,13 +40,9 @@ WIDTH_KEYS = ("mean_error", "mean_error_excess", "mc_error", "member_deviation",
 def run_emergent_digits(config: EmergentDigitsConfig, source: str, progress: Progress | None = None) -> dict[str, Any]:
     """Run the experiment, write its files and return ``{"output", "summary", "results",
     "wall_seconds"}``; ``progress("ensembles", done, total)`` after each trained ensemble."""
-    start = time.perf_counter()
-    out = output_dir(config.name, config.output)  # checked before any work
-    device = resolve_device(config.compute.device, "compute.device")
-    dtype = getattr(torch, config.compute.dtype)
+    setup = run_setup(config)
+    device, dtype, seeds, steps = setup.device, setup.dtype, setup.seeds, setup.steps
     ens, aug = config.ensemble, config.augmentation
-    seeds = list(range(ens.seed, ens.seed + ens.members))
-    steps = record_steps(config.training.steps, config.training.records)
     plan = ens.plan(aug.k, aug.width_k) + ([(1, ens.width)] if config.unaugmented else [])  # k = 1: the control
     records: list[dict[str, Any]] = []
     with torch_threads(config.compute.threads):
@@ -78,29 +73,25 @@ def run_emergent_digits(config: EmergentDigitsConfig, source: str, progress: Pro
     extra = {
         "summary": summary,
         "learning_rate": ntk.lr,
-        "recorded_steps": list(steps),
-        "member_seeds": seeds,
         "data": {
             "n_train": config.data.n_train,
             "n_test": config.data.n_test,
             "image_side": int(data.x_eval.shape[-1]),
             "orbit": data.order,
         },
-        "device": str(device),
         "kernel_seconds": kernel_seconds,
         "train_seconds": train_seconds,
     }
-    with result_set(out) as stage:
-        plot_orbit_measure(stage / "orbit_std.png", records, ens.width, "orbit_std", "relative orbit std", log=True)
-        plot_orbit_measure(stage / "orbit_same.png", records, ens.width, "orbit_same", "orbit-same predictions", log=False)
+
+    def plot(folder: Path) -> None:
+        plot_orbit_measure(folder / "orbit_std.png", records, ens.width, "orbit_std", "relative orbit std", log=True)
+        plot_orbit_measure(folder / "orbit_same.png", records, ens.width, "orbit_same", "orbit-same predictions", log=False)
         last = [r for r in records if r["augmented"] and r["width"] == ens.width and r["step"] == steps[-1]]
-        plot_ensemble_size(stage / "ensemble_size.png", last, ens.sizes)
+        plot_ensemble_size(folder / "ensemble_size.png", last, ens.sizes)
         at_width_k = [r for r in records if r["k"] == aug.width_k]
-        plot_width_convergence(stage / "width_convergence.png", at_width_k, sorted({steps[len(steps) // 2], steps[-1]}))
-        extra["wall_seconds"] = time.perf_counter() - start
-        write_report(stage, config=config.to_dict(), records=records, extra=extra)
-        write_metrics_csv(stage, records)
-    return {"output": str(out), "summary": summary, "results": records, "wall_seconds": extra["wall_seconds"]}
+        plot_width_convergence(folder / "width_convergence.png", at_width_k, sorted({steps[len(steps) // 2], steps[-1]}))
+
+    return write_results(setup, config, records, extra, plot)
 
 
 def summarise(records: list[dict[str, Any]], config: EmergentDigitsConfig, step: int) -> dict[str, Any]:

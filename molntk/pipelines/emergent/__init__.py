@@ -43,7 +43,8 @@ noise), against k, width and ensemble size. Files: ``report.json``, ``config.yam
 (``run_emergent_digits``).
 
 What the three share: :mod:`~molntk.pipelines.emergent.measures` (the NTK prediction on
-evaluation inputs, the ensemble against it, log-log slopes).
+evaluation inputs, the ensemble against it, log-log slopes) and
+:mod:`~molntk.pipelines.emergent.runs` (a run's setup and the writing of its files).
 
 Modules of emergent-ising: :mod:`~molntk.pipelines.emergent.config` (the schema),
 :mod:`~molntk.pipelines.emergent.ising` (data, NTK prediction, measures),

@@ -45,7 +45,9 @@ def plot_orbit_measure(path: Path, records: Sequence[dict[str, Any]], width: int
 def plot_ensemble_size(path: Path, records: Sequence[dict[str, Any]], sizes: Sequence[int]) -> Path:
     """The relative orbit std of the mean of E members against E for every k (``records``:
     the augmented ensembles at the base width and last step), in and out of distribution,
-    with the law of E independent members around the NTK prediction."""
+    with the law of E independent members around the NTK prediction (a law for the relative
+    measure only while the mean's size ⟨|mean_g|⟩ does not change with E: once μ_s is large
+    against the members' spread, late in training)."""
     with figure(1, 2, figsize=(10.0, 4.2), dpi=120, sharey=True) as (fig, axes):
         for ax, name in zip(axes, SETS):
             for i, r in enumerate(sorted(records, key=lambda r: r["k"])):

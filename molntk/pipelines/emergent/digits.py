@@ -23,7 +23,8 @@ Measured per ensemble (k, augmented or not, width) and training step s, on the C
   members), μ_s (``ntk``), the GCNN's μ_s (``gcnn``), and the means of sub-ensembles of
   every size E in ``ensemble.sizes`` (``E<size>``, mean over ⌊members / E⌋ disjoint groups);
 - ``orbit_same_<who>_<set>``: the fraction of the orbit whose predicted label is that of
-  the un-rotated image, mean over images (1: invariant labels; ≈ 1/10 for random ones);
+  the un-rotated image, mean over images (1: invariant labels; (1 + (k − 1)/10) / k for
+  labels drawn at random);
 - ``ntk_vs_gcnn_<set>``: ⟨μ_s − μ_s^GCNN⟩ / ⟨μ_s^GCNN⟩ (0 to rounding for exact rotations);
 - ``accuracy_<who>``: the fraction of the test digits' orbit images labelled right.
 """
@@ -151,20 +152,19 @@ def ensemble_records(
             "train_loss": float(run.train_loss[j].mean()),
             **ntk_agreement(pred, mu, own.variance[j][rows], halves),
         }
-        scores = {"ensemble": pred.mean(0), "member": pred, "ntk": mu, "gcnn": mu_gcnn}
-        scores |= {f"E{size}": group_means(pred, size) for size in sizes}
+        single = {"ensemble": pred.mean(0), "ntk": mu, "gcnn": mu_gcnn}  # (2km, 10) each
+        many = {"member": pred} | {f"E{size}": group_means(pred, size) for size in sizes}  # (groups, 2km, 10)
+        labelled = {**single, "member": pred}
         for name in SETS:
-            orbits = {who: on_orbit(s, k, name) for who, s in scores.items()}
-            for who, values in orbits.items():
-                many = values.ndim == 4  # members or sub-ensembles: (k, groups, m, c)
-                record[f"orbit_std_{who}_{name}"] = (
-                    float(member_relative_orbit_std(values).mean()) if many else relative_orbit_std(values)
-                )
-            for who in ("ensemble", "member", "ntk", "gcnn"):
-                record[f"orbit_same_{who}_{name}"] = float(orbit_same(orbits[who]).mean())
+            for who, values in single.items():
+                record[f"orbit_std_{who}_{name}"] = relative_orbit_std(on_orbit(values, k, name))
+            for who, values in many.items():
+                record[f"orbit_std_{who}_{name}"] = float(member_relative_orbit_std(on_orbit(values, k, name)).mean())
+            for who, values in labelled.items():
+                record[f"orbit_same_{who}_{name}"] = float(orbit_same(on_orbit(values, k, name)).mean())
             record[f"ntk_vs_gcnn_{name}"] = rms(mu[halves[name]] - mu_gcnn[halves[name]]) / rms(mu_gcnn[halves[name]])
-        for who in ("ensemble", "member", "ntk", "gcnn"):
-            record[f"accuracy_{who}"] = float(accuracy(on_orbit(scores[who], k, "in"), data.labels_test).mean())
+        for who, values in labelled.items():
+            record[f"accuracy_{who}"] = float(accuracy(on_orbit(values, k, "in"), data.labels_test).mean())
         records.append(record)
     return records
 

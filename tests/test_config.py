@@ -297,7 +297,14 @@ def test_override_can_fix_the_task(workdir: Path) -> None:
 def test_task_names_come_from_the_schemas_and_are_unique() -> None:
     from molntk.config import Task, TaskRegistry
 
-    assert list(TASKS) == ["qm9-summary", "image-classification", "qm9-property", "emergent-ising", "emergent-so3"]
+    assert list(TASKS) == [
+        "qm9-summary",
+        "image-classification",
+        "qm9-property",
+        "emergent-ising",
+        "emergent-so3",
+        "emergent-digits",
+    ]
     assert all(task.name == name for name, task in TASKS.items())
     summary = TASKS["qm9-summary"]
     assert summary.name == "qm9-summary" and summary.schema is QM9SummaryConfig

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from molntk.cli.output import print_qm9_summary, print_results_table, stdout
-from molntk.pipelines.emergent import EmergentIsingConfig, EmergentSO3Config
+from molntk.pipelines.emergent import EmergentDigitsConfig, EmergentIsingConfig, EmergentSO3Config
 from molntk.pipelines.images import ImageClassificationConfig
 from molntk.pipelines.md import MDForceFieldConfig
 from molntk.pipelines.qm9 import QM9PropertyConfig
@@ -123,6 +123,36 @@ def show_emergent_so3(config: EmergentSO3Config, result: dict[str, Any]) -> None
     stdout().print(f"{result['wall_seconds']:.1f} s; report, metrics.csv and plot in {result['output']}/")
 
 
+#: Columns of the emergent-digits table (last recorded step): (record key, header, format).
+EMERGENT_DIGITS_COLUMNS = [
+    ("k", "C_k", "d"),
+    ("augmented", "augmented", ""),
+    ("width", "width", "d"),
+    ("orbit_std_ensemble_in", "orbit std ens. (in)", ".3g"),
+    ("orbit_std_member_in", "member", ".3g"),
+    ("orbit_std_ntk_in", "CNN NTK", ".2g"),
+    ("orbit_std_gcnn_in", "GCNN NTK", ".2g"),
+    ("orbit_std_ensemble_ood", "ens. (ood)", ".3g"),
+    ("orbit_same_ensemble_in", "orbit same ens.", ".3f"),
+    ("orbit_same_member_in", "member", ".3f"),
+    ("ntk_vs_gcnn_in", "CNN vs GCNN NTK", ".2g"),
+    ("mean_error", "ens. vs NTK", ".3g"),
+    ("accuracy_ensemble", "accuracy", ".3f"),
+]
+
+
+def show_emergent_digits(config: EmergentDigitsConfig, result: dict[str, Any]) -> None:
+    """The records of the last recorded step as a table, the orbit std against ensemble
+    size, then where the files are."""
+    summary = result["summary"]
+    last = [r for r in result["results"] if r["step"] == summary["step"]]
+    print_results_table(last, EMERGENT_DIGITS_COLUMNS, f"{config.name}: step {summary['step']}, {last[0]['members']} members")
+    for k, sizes in summary["by_size"].items():
+        spread = ", ".join(f"E={s}: {v:.3g}" for s, v in sizes.items())
+        stdout().print(f"orbit std of the ensemble mean (C{k}, width {summary['width']}, in distribution): {spread}")
+    stdout().print(f"{result['wall_seconds']:.1f} s; report, metrics.csv and plots in {result['output']}/")
+
+
 #: Columns of the md-force-field table: (record key, header, format).
 MD_COLUMNS = [
     ("model", "model", "s"),
@@ -155,5 +185,6 @@ SHOW: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "qm9-property": show_qm9_property,
     "emergent-ising": show_emergent_ising,
     "emergent-so3": show_emergent_so3,
+    "emergent-digits": show_emergent_digits,
     "md-force-field": show_md_force_field,
 }

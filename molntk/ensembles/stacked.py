@@ -5,7 +5,8 @@ The members' parameters are stacked along a leading axis of size E
 (E, N, ...) by ``vmap`` over :func:`torch.func.functional_call`: one batched GEMM per layer
 instead of E small ones, on CPU or CUDA alike. Members stay independent: the gradient of a
 sum of per-member losses with respect to the stacked parameters is each member's own
-gradient in its slice.
+gradient in its slice. :func:`group_means` averages their outputs over disjoint groups
+(sub-ensembles of a smaller size).
 """
 
 from __future__ import annotations
@@ -50,3 +51,10 @@ class StackedEnsemble:
     def __call__(self, x: Tensor) -> Tensor:
         """Outputs of every member, (E, N, ...) for inputs (N, ...)."""
         return vmap(self._member, in_dims=(0, 0, None))(self.params, self.buffers, x)
+
+
+def group_means(outputs: Tensor, size: int) -> Tensor:
+    """Means of ⌊E / size⌋ disjoint groups of ``size`` consecutive members, the outputs of
+    sub-ensembles of that size: (E, ...) → (E // size, ...)."""
+    groups = outputs.shape[0] // size
+    return outputs[: groups * size].unflatten(0, (groups, size)).mean(1)

@@ -75,7 +75,10 @@ def train_full_batch(
     params = list(ensemble.params.values())
     outputs, losses, wanted = [], [], set(record)
     for step in range(last + 1):  # the parameters have taken `step` steps
-        loss = 0.5 * ((ensemble(x) - y) ** 2).flatten(1).sum(1) / n  # (E,): each member's own loss
+        out = ensemble(x)
+        if out.shape[1:] != y.shape:  # broadcasting would train another loss
+            raise ValueError(f"the members' outputs {tuple(out.shape[1:])} do not match the targets {tuple(y.shape)}")
+        loss = 0.5 * ((out - y) ** 2).flatten(1).sum(1) / n  # (E,): each member's own loss
         if step in wanted:
             with torch.no_grad():
                 outputs.append(ensemble(evaluate))

@@ -11,7 +11,14 @@ performs the job, writes its files and returns the result as JSON-serialisable d
 from __future__ import annotations
 
 from molntk.config import Task, TaskRegistry
-from molntk.pipelines.emergent import EmergentIsingConfig, EmergentSO3Config, run_emergent_ising, run_emergent_so3
+from molntk.pipelines.emergent import (
+    EmergentDigitsConfig,
+    EmergentIsingConfig,
+    EmergentSO3Config,
+    run_emergent_digits,
+    run_emergent_ising,
+    run_emergent_so3,
+)
 from molntk.pipelines.images import ImageClassificationConfig, run_image_classification
 from molntk.pipelines.md import MDForceFieldConfig, run_md_force_field
 from molntk.pipelines.qm9 import QM9PropertyConfig, run_and_write
@@ -25,6 +32,7 @@ TASKS = TaskRegistry(
         Task(QM9PropertyConfig, run_and_write),
         Task(EmergentIsingConfig, run_emergent_ising),
         Task(EmergentSO3Config, run_emergent_so3),
+        Task(EmergentDigitsConfig, run_emergent_digits),
         Task(MDForceFieldConfig, run_md_force_field),
     ]
 )

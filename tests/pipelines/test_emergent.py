@@ -5,16 +5,13 @@ one-line config errors naming the key."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
 
-from molntk.cli import app
 from molntk.data.ising import c4_orbit, local_energies, rotate_lattice, spin_configurations
 from molntk.ensembles import relative_orbit_std
 from molntk.kernels.cn import augmented, mlp
@@ -22,6 +19,7 @@ from molntk.pipelines.emergent.ising import aligned
 from molntk.regression import NTKDynamics
 from molntk.regression.ntk import ntk_mean
 from molntk.regression.spectral import eigensystem
+from tests.helpers.toy_runs import config_error, run_toy
 
 L, N, M = 3, 10, 4
 STEPS = (1, 7, 40)
@@ -107,14 +105,8 @@ compute: {threads: 1, device: cpu}
 
 @pytest.mark.slow  # ≈ 10 s on two busy cores (three trainings, kernels, two plots)
 def test_config_runs_end_to_end(tmp_path: Path):
-    config = tmp_path / "toy_ising.yaml"
-    config.write_text(TOY, encoding="utf-8")
+    report = run_toy(tmp_path, TOY, ("report.json", "config.yaml", "metrics.csv", "width_convergence.png", "orbit_std.png"))
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(config), "--set", f"output={out}", "--json"])
-    assert result.exit_code == 0, result.output
-    for name in ("report.json", "config.yaml", "metrics.csv", "width_convergence.png", "orbit_std.png"):
-        assert (out / name).stat().st_size > 0, name
-    report = json.loads((out / "report.json").read_text())
     records, summary = report["results"], report["summary"]
     assert len(records) == (2 + 1) * 4  # (2 widths + the un-augmented control) × 4 recorded steps
     assert report["recorded_steps"] == [1, 3, 10, 30] and report["member_seeds"] == list(range(8))
@@ -140,9 +132,4 @@ def test_config_runs_end_to_end(tmp_path: Path):
     ],
 )
 def test_bad_config_gives_one_line_naming_the_key(tmp_path: Path, override: str, message: str):
-    config = tmp_path / "toy_ising.yaml"
-    config.write_text(TOY, encoding="utf-8")
-    result = CliRunner().invoke(app, ["run", str(config), "--set", override])
-    assert result.exit_code == 2
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and message in lines[0], result.output
+    assert message in config_error(tmp_path, TOY, override)

@@ -6,7 +6,6 @@ one-line config errors naming the key."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -14,19 +13,18 @@ import numpy as np
 import pytest
 import torch
 from e3nn import o3
-from typer.testing import CliRunner
 
-from molntk.cli import app
 from molntk.data.molecule import Molecule
 from molntk.data.readers import read_molecules
-from molntk.ensembles import StackedEnsemble, train_full_batch
+from molntk.ensembles import StackedEnsemble, group_means, train_full_batch
 from molntk.features.environments import FeatureConfig, environment_features
 from molntk.features.radial import GaussianBasis
 from molntk.molecular.baselines.mlp import MLPArchitecture, MLPNTK
 from molntk.molecular.rotation import haar_angles, rotate_environments, rotated_batch
 from molntk.pipelines.emergent.atom_sum import AtomSumMLP, padded_inputs
-from molntk.pipelines.emergent.qm9 import group_means, rotation_std
+from molntk.pipelines.emergent.qm9 import rotation_std
 from molntk.regression import NTKDynamics
+from tests.helpers.toy_runs import config_error, run_toy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -126,14 +124,8 @@ compute: {threads: 1, device: cpu}
 
 @pytest.mark.slow  # ≈ 10–20 s on two busy cores (QM9, kernels, three trainings, a plot)
 def test_config_runs_end_to_end(tmp_path: Path):
-    config = tmp_path / "toy_so3.yaml"
-    config.write_text(TOY, encoding="utf-8")
+    report = run_toy(tmp_path, TOY, ("report.json", "config.yaml", "metrics.csv", "rotation_std.png"))
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(config), "--set", f"output={out}", "--json"])
-    assert result.exit_code == 0, result.output
-    for name in ("report.json", "config.yaml", "metrics.csv", "rotation_std.png"):
-        assert (out / name).stat().st_size > 0, name
-    report = json.loads((out / "report.json").read_text())
     records, summary = report["results"], report["summary"]
     assert len(records) == 3 * 3  # (k = 1, 2 at width 16; width 64 at k = 2) × 3 recorded steps
     assert report["member_seeds"] == [0, 1, 2, 3] and {r["members"] for r in records} == {4}
@@ -157,9 +149,4 @@ def test_config_runs_end_to_end(tmp_path: Path):
     ],
 )
 def test_bad_config_gives_one_line_naming_the_key(tmp_path: Path, override: str, message: str):
-    config = tmp_path / "toy_so3.yaml"
-    config.write_text(TOY, encoding="utf-8")
-    result = CliRunner().invoke(app, ["run", str(config), "--set", override])
-    assert result.exit_code == 2
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and message in lines[0], result.output
+    assert message in config_error(tmp_path, TOY, override)

@@ -1,4 +1,5 @@
-"""``task: emergent-ising`` and ``task: emergent-so3``: emergent equivariance of augmented deep ensembles.
+"""``task: emergent-ising``, ``task: emergent-so3`` and ``task: emergent-digits``: emergent
+equivariance of augmented deep ensembles.
 
 Theory (Gerken & Kessel, ICML 2024; docs/mathematics.md §4): networks trained on the full
 orbits of their data under a group G have, at infinite width, a mean prediction over
@@ -29,6 +30,22 @@ Modules: :mod:`~molntk.pipelines.emergent.so3_config`,
 :mod:`~molntk.pipelines.emergent.qm9`, :mod:`~molntk.pipelines.emergent.so3_plots`,
 :mod:`~molntk.pipelines.emergent.so3_run` (``run_emergent_so3``).
 
+``task: emergent-digits`` (:mod:`~molntk.pipelines.emergent.digits`): CNN-GAP ensembles on
+scikit-learn's 8×8 digits (one-hot class scores) trained on the C_k orbits of the digits,
+k ∈ {4, 8, 16} (only k = 4 rotates exactly; 45° and 22.5° interpolate), and without
+augmentation; the relative orbit std and orbit-same predictions of ensemble, members, the
+CNN NTK μ_s and the C_k GCNN NTK μ_s over training, in and out of distribution (Gaussian
+noise), against k, width and ensemble size. Files: ``report.json``, ``config.yaml``,
+``metrics.csv``, ``orbit_std.png``, ``orbit_same.png``, ``ensemble_size.png``,
+``width_convergence.png``. Modules: :mod:`~molntk.pipelines.emergent.digits_config`,
+:mod:`~molntk.pipelines.emergent.digits_data`, :mod:`~molntk.pipelines.emergent.digits`,
+:mod:`~molntk.pipelines.emergent.digits_plots`, :mod:`~molntk.pipelines.emergent.digits_run`
+(``run_emergent_digits``).
+
+What the three share: :mod:`~molntk.pipelines.emergent.measures` (the NTK prediction on
+evaluation inputs, the ensemble against it, log-log slopes) and
+:mod:`~molntk.pipelines.emergent.runs` (a run's setup and the writing of its files).
+
 Modules of emergent-ising: :mod:`~molntk.pipelines.emergent.config` (the schema),
 :mod:`~molntk.pipelines.emergent.ising` (data, NTK prediction, measures),
 :mod:`~molntk.pipelines.emergent.plots`, :mod:`~molntk.pipelines.emergent.run`
@@ -36,8 +53,17 @@ Modules of emergent-ising: :mod:`~molntk.pipelines.emergent.config` (the schema)
 """
 
 from molntk.pipelines.emergent.config import EmergentIsingConfig
+from molntk.pipelines.emergent.digits_config import EmergentDigitsConfig
+from molntk.pipelines.emergent.digits_run import run_emergent_digits
 from molntk.pipelines.emergent.run import run_emergent_ising
 from molntk.pipelines.emergent.so3_config import EmergentSO3Config
 from molntk.pipelines.emergent.so3_run import run_emergent_so3
 
-__all__ = ["EmergentIsingConfig", "EmergentSO3Config", "run_emergent_ising", "run_emergent_so3"]
+__all__ = [
+    "EmergentDigitsConfig",
+    "EmergentIsingConfig",
+    "EmergentSO3Config",
+    "run_emergent_digits",
+    "run_emergent_ising",
+    "run_emergent_so3",
+]

@@ -14,17 +14,11 @@ orbits, that prediction is exactly C4-equivariant; it equals the one of the orbi
 (GCNN) kernel on the un-augmented data (tests/pipelines/test_emergent.py).
 
 Measured per width w, training step s (records of :func:`ensemble_records`), with ⟨·⟩ the
-RMS over inputs and sites and Σ_s the NTK-GP variance:
+RMS over inputs and sites:
 
-- ``mean_error`` (``_ood``): ⟨mean_E f_s - μ_s⟩ / ⟨μ_s⟩, the ensemble mean against the
-  NTK prediction. Theory: a finite-width bias O(1/w) plus the Monte Carlo error of E members,
-  whose expected size does not fall with w: ``mc_floor`` = √(mean Σ_s / E) / ⟨μ_s⟩ at
-  infinite width, ``mc_error`` = √(mean s² / E) / ⟨μ_s⟩ from the members' sample variance s²;
-- ``mean_error_excess`` = √max(mean_error² - mc_error², 0): the bias, with the Monte Carlo
-  part taken out (mean_error² - mc_error² estimates the squared bias without bias itself);
-- ``member_deviation``: ⟨f_s - μ_s⟩ / ⟨μ_s⟩ over members, single networks against the NTK
-  mean; it tends to ``ntk_gp_std`` = √(mean Σ_s) / ⟨μ_s⟩ (the spread of the initialisation
-  that training does not remove), not to 0;
+- the ensemble against the NTK prediction (:mod:`~molntk.pipelines.emergent.measures`):
+  ``mean_error`` (``_ood``), ``mc_floor``, ``mc_error``, ``mean_error_excess``,
+  ``member_deviation``, ``ntk_gp_std``;
 - relative orbit std (:mod:`molntk.ensembles.orbits`) of the ensemble mean, of single
   members (mean over members) and of μ_s, in and out of distribution;
 - ``test_rmse_ensemble`` / ``test_rmse_ntk`` against the true local energies (in distribution).
@@ -35,16 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from molntk.data.ising import C4, c4_orbit, local_energies, rotate_lattice, spin_configurations
 from molntk.ensembles import TrainingRun, member_relative_orbit_std, relative_orbit_std
 from molntk.kernels.cn import CnNetwork, Dense, Flatten, Nonlinearity, serial
-from molntk.kernels.result import PooledKernel
 from molntk.pipelines.emergent.config import EmergentIsingConfig
-from molntk.regression import NTKDynamics
+from molntk.pipelines.emergent.measures import NTKPrediction, ntk_agreement, rms
 
 #: The two evaluation sets, in the order of the evaluation inputs.
 SETS = ("in", "ood")
@@ -109,60 +101,25 @@ def aligned(predictions: Tensor, m: int, lattice: int) -> dict[str, Tensor]:
     return out
 
 
-@dataclass(frozen=True)
-class NTKPrediction:
-    """μ_s (T, 2·4m, L²) and the NTK-GP variance Σ_s (T, 2·4m) on the evaluation inputs at
-    the recorded steps, for training on (x, y) with step η."""
-
-    mean: Tensor
-    variance: Tensor
-
-
-def ntk_prediction(train: PooledKernel, cross: PooledKernel, y: Tensor, *, lr: float, steps: tuple[int, ...]) -> NTKPrediction:
-    """μ_s and Σ_s after each of ``steps`` gradient-descent steps of size ``lr`` on the mean
-    squared error over the n training points (kernel learning rate η / n), from the network's
-    kernels on the training inputs (``train``) and between evaluation and training inputs
-    (``cross``, with the evaluation inputs' NNGP self-kernels)."""
-    dyn = NTKDynamics.fit(train.ntk, y, nngp_train=train.nngp, lr=lr / train.ntk.shape[0])
-    mean = dyn.means(cross.ntk, steps=steps)
-    variance = np.stack([dyn.variance(cross.ntk, cross.nngp, cross.self1, steps=s) for s in steps])
-    return NTKPrediction(torch.from_numpy(mean), torch.from_numpy(variance))
-
-
-def _rms(x: Tensor) -> float:
-    return float(x.square().mean().sqrt())
-
-
 def ensemble_records(
     run: TrainingRun, ntk: NTKPrediction, data: IsingData, lattice: int, *, width: int, augmented: bool
 ) -> list[dict[str, Any]]:
     """One record per recorded step: the measures of the module doc for this ensemble."""
     m, rows = data.m, {name: slice(i * C4 * data.m, (i + 1) * C4 * data.m) for i, name in enumerate(SETS)}
-    members = run.predictions.shape[1]
     records = []
     for j, step in enumerate(run.steps):
         pred = run.predictions[j].to(torch.float64)  # (E, 2·4m, L²)
-        mean, mu, var = pred.mean(0), ntk.mean[j], ntk.variance[j]
-        scale = {name: _rms(mu[r]) for name, r in rows.items()}
-        error = {name: _rms(mean[r] - mu[r]) / scale[name] for name, r in rows.items()}
-        gp_std = float(var[rows["in"]].mean().sqrt()) / scale["in"]
-        mc_error = float(pred[:, rows["in"]].var(dim=0).mean().div(members).sqrt()) / scale["in"]
+        mean, mu = pred.mean(0), ntk.mean[j]
         orbit_ensemble, orbit_members, orbit_ntk = aligned(mean, m, lattice), aligned(pred, m, lattice), aligned(mu, m, lattice)
         record = {
             "augmented": augmented,
             "width": width,
-            "members": members,
+            "members": pred.shape[0],
             "step": step,
             "train_loss": float(run.train_loss[j].mean()),
-            "mean_error": error["in"],
-            "mean_error_ood": error["ood"],
-            "mc_floor": gp_std / members**0.5,
-            "mc_error": mc_error,
-            "mean_error_excess": max(error["in"] ** 2 - mc_error**2, 0.0) ** 0.5,
-            "member_deviation": _rms(pred[:, rows["in"]] - mu[rows["in"]]) / scale["in"],
-            "ntk_gp_std": gp_std,
-            "test_rmse_ensemble": _rms(orbit_ensemble["in"] - data.y_test),
-            "test_rmse_ntk": _rms(orbit_ntk["in"] - data.y_test),
+            **ntk_agreement(pred, mu, ntk.variance[j], rows),
+            "test_rmse_ensemble": rms(orbit_ensemble["in"] - data.y_test),
+            "test_rmse_ntk": rms(orbit_ntk["in"] - data.y_test),
         }
         for name in SETS:
             record[f"orbit_std_ensemble_{name}"] = relative_orbit_std(orbit_ensemble[name])
@@ -170,12 +127,3 @@ def ensemble_records(
             record[f"orbit_std_ntk_{name}"] = relative_orbit_std(orbit_ntk[name])
         records.append(record)
     return records
-
-
-def loglog_slope(x: list[float], y: list[float]) -> float | None:
-    """Least-squares slope of log y against log x over the points with y > 0 (None if < 2)."""
-    points = [(a, b) for a, b in zip(x, y) if b > 0]
-    if len(points) < 2:
-        return None
-    logs = np.log(np.array(points))
-    return float(np.polyfit(logs[:, 0], logs[:, 1], 1)[0])

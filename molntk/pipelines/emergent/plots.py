@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from molntk.pipelines.emergent.ising import loglog_slope
+from molntk.pipelines.emergent.measures import loglog_slope
 from molntk.pipelines.files import figure, save_figure
 
 
@@ -47,6 +47,26 @@ def plot_width_convergence(path: Path, records: Sequence[dict[str, Any]], steps:
         return save_figure(fig, path)
 
 
+#: (record key, label, marker, colour) of the curves of :func:`draw_over_steps`.
+ORBIT_CURVES = [("ensemble", "ensemble", "o", "C0"), ("member", "single members", "s", "C1"), ("ntk", "NTK", "^", "C2")]
+
+
+def draw_over_steps(
+    ax: Any, rows: Sequence[dict[str, Any]], key: str, name: str, curves: Sequence[tuple[str, str, str, str]], style: str, tag: str
+) -> None:
+    """On ``ax``: ``<key>_<who>_<name>`` of the records ``rows`` (one ensemble's) against the
+    gradient-descent step (log), one curve per (who, label, marker, colour) of ``curves``,
+    in line ``style``, labelled "label (tag)"."""
+    rows = sorted(rows, key=lambda r: r["step"])
+    steps = [r["step"] for r in rows]
+    for who, text, marker, color in curves:
+        values = [max(r[f"{key}_{who}_{name}"], 1e-17) for r in rows]  # an exact 0 on a log axis
+        ax.plot(steps, values, linestyle=style, marker=marker, color=color, markerfacecolor="none", label=f"{text} ({tag})")
+    ax.set_xscale("log")
+    ax.set_xlabel("gradient-descent step")
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def plot_orbit_std(path: Path, records: Sequence[dict[str, Any]], width: int) -> Path:
     """Relative orbit std over training steps, in and out of distribution: the augmented
     ensemble at ``width``, its single members, the NTK prediction, and the un-augmented
@@ -54,21 +74,11 @@ def plot_orbit_std(path: Path, records: Sequence[dict[str, Any]], width: int) ->
     with figure(1, 2, figsize=(10.0, 4.2), dpi=120, sharey=True) as (fig, axes):
         for ax, name in zip(axes, ("in", "ood")):
             for augmented, tag, style in [(True, "augmented", "-"), (False, "no augmentation", "--")]:
-                rows = sorted((r for r in records if r["augmented"] is augmented and r["width"] == width), key=lambda r: r["step"])
-                if not rows:
-                    continue
-                steps = [r["step"] for r in rows]
-                for key, text, marker, color in [
-                    ("ensemble", "ensemble", "o", "C0"), ("member", "single members", "s", "C1"), ("ntk", "NTK", "^", "C2")
-                ]:
-                    values = [max(r[f"orbit_std_{key}_{name}"], 1e-17) for r in rows]  # an exact 0 on the log axis
-                    ax.plot(steps, values, linestyle=style, marker=marker, color=color, markerfacecolor="none",
-                            label=f"{text} ({tag})")
-            ax.set_xscale("log")
+                rows = [r for r in records if r["augmented"] is augmented and r["width"] == width]
+                if rows:
+                    draw_over_steps(ax, rows, "orbit_std", name, ORBIT_CURVES, style, tag)
             ax.set_yscale("log")
-            ax.set_xlabel("gradient-descent step")
             ax.set_title("in distribution (±1 spins)" if name == "in" else "out of distribution (N(0, 1) spins)", fontsize=9)
-            ax.grid(True, which="both", alpha=0.3)
         axes[0].set_ylabel(f"relative orbit std, width {width}")
         axes[1].legend(fontsize=7)
         fig.tight_layout()

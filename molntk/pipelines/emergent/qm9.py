@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from molntk.data.qm9 import QM9_ELEMENTS, load_qm9
-from molntk.ensembles import TrainingRun
+from molntk.ensembles import TrainingRun, group_means
 from molntk.features.environments import EnvironmentBatch, FeatureConfig, environment_features
 from molntk.features.radial import GaussianBasis
 from molntk.kernels.so3.grids import SO3Grid
@@ -175,12 +175,6 @@ def rotation_std(predictions: Tensor, n_test: int, rotations: int) -> Tensor:
 def test_mae(predictions: Tensor, y_test: Tensor) -> Tensor:
     """Mean |ŷ − y| over the test molecules: (..., m) → (...)."""
     return (predictions[..., : y_test.shape[0]] - y_test).abs().mean(-1)
-
-
-def group_means(predictions: Tensor, size: int) -> Tensor:
-    """Means of ⌊E / size⌋ disjoint groups of ``size`` consecutive members: (E, ...) → (E // size, ...)."""
-    groups = predictions.shape[0] // size
-    return predictions[: groups * size].unflatten(0, (groups, size)).mean(1)
 
 
 def ensemble_records(

@@ -5,16 +5,16 @@ un-augmented control), then ``report.json``, ``config.yaml``, ``metrics.csv``,
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
-import torch
-
-from molntk.ensembles import kernel_learning_rate, record_steps, train_ensemble
+from molntk.ensembles import kernel_learning_rate, train_ensemble
 from molntk.pipelines.emergent.config import EmergentIsingConfig
-from molntk.pipelines.emergent.ising import ensemble_records, ising_data, ising_network, loglog_slope, ntk_prediction
+from molntk.pipelines.emergent.ising import ensemble_records, ising_data, ising_network
+from molntk.pipelines.emergent.measures import loglog_slope, ntk_prediction
 from molntk.pipelines.emergent.plots import plot_orbit_std, plot_width_convergence
-from molntk.pipelines.files import output_dir, result_set, write_metrics_csv, write_report
-from molntk.scale.devices import resolve_device, torch_threads
+from molntk.pipelines.emergent.runs import run_setup, write_results
+from molntk.scale.devices import torch_threads
 from molntk.scale.progress import Progress
 
 #: The target of the experiment: the ensemble's relative orbit std at most this fraction of a single member's.
@@ -24,13 +24,9 @@ ORBIT_TARGET = 0.1
 def run_emergent_ising(config: EmergentIsingConfig, source: str, progress: Progress | None = None) -> dict[str, Any]:
     """Run the experiment, write its files and return ``{"output", "summary", "results",
     "wall_seconds"}``; ``progress("ensembles", done, total)`` after each trained ensemble."""
-    start = time.perf_counter()
-    out = output_dir(config.name, config.output)  # checked before any work
-    device = resolve_device(config.compute.device, "compute.device")
-    dtype = getattr(torch, config.compute.dtype)
+    setup = run_setup(config)
+    device, dtype, seeds, steps = setup.device, setup.dtype, setup.seeds, setup.steps
     ens, lattice = config.ensemble, config.data.lattice
-    seeds = list(range(ens.seed, ens.seed + ens.members))
-    steps = record_steps(config.training.steps, config.training.records)
     records: list[dict[str, Any]] = []
     with torch_threads(config.compute.threads):
         data, net = ising_data(config), ising_network(config)
@@ -67,25 +63,21 @@ def run_emergent_ising(config: EmergentIsingConfig, source: str, progress: Progr
     extra = {
         "summary": summary,
         "learning_rate": lr,
-        "recorded_steps": list(steps),
-        "member_seeds": seeds,
         "data": {
             "lattice": lattice,
             "n_train": config.data.n_train,
             "n_augmented": len(data.x_aug),
             "n_test": config.data.n_test,
         },
-        "device": str(device),
         "kernel_seconds": kernel_seconds,
         "train_seconds": train_seconds,
     }
-    with result_set(out) as stage:
-        plot_width_convergence(stage / "width_convergence.png", records, _plotted_steps(steps))
-        plot_orbit_std(stage / "orbit_std.png", records, ens.widths[-1])
-        extra["wall_seconds"] = time.perf_counter() - start
-        write_report(stage, config=config.to_dict(), records=records, extra=extra)
-        write_metrics_csv(stage, records)
-    return {"output": str(out), "summary": summary, "results": records, "wall_seconds": extra["wall_seconds"]}
+
+    def plot(folder: Path) -> None:
+        plot_width_convergence(folder / "width_convergence.png", records, _plotted_steps(steps))
+        plot_orbit_std(folder / "orbit_std.png", records, ens.widths[-1])
+
+    return write_results(setup, config, records, extra, plot)
 
 
 def _plotted_steps(steps: tuple[int, ...]) -> list[int]:

@@ -10,7 +10,8 @@ from molntk.config import Count, FieldError, Section, Seed, TaskConfig, UserPath
 from molntk.pipelines.emergent.config import IsingComputeConfig
 
 
-def _increasing(values: list[int], key: str) -> None:
+def check_increasing(values: list[int], key: str) -> None:
+    """FieldError blaming ``key`` unless ``values`` is strictly increasing."""
     if any(a >= b for a, b in zip(values, values[1:])):
         raise FieldError(key, f"must be strictly increasing, got {values}")
 
@@ -69,7 +70,7 @@ class SO3AugmentationConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> SO3AugmentationConfig:
-        _increasing(self.k, "k")
+        check_increasing(self.k, "k")
         if self.width_k not in self.k:
             raise FieldError("width_k", f"must be one of k {self.k}, got {self.width_k}")
         return self
@@ -91,11 +92,16 @@ class SO3EnsembleConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> SO3EnsembleConfig:
-        _increasing(self.widths, "widths")
-        _increasing(self.sizes, "sizes")
+        check_increasing(self.widths, "widths")
+        check_increasing(self.sizes, "sizes")
         if self.sizes[-1] > self.members:
             raise FieldError("sizes", f"must be at most members ({self.members}), got {self.sizes}")
         return self
+
+    def plan(self, ks: list[int], width_k: int) -> list[tuple[int, int]]:
+        """(k, width) of every ensemble: the k sweep over ``ks`` at ``width``, then the other
+        widths at ``width_k``."""
+        return [(k, self.width) for k in ks] + [(width_k, w) for w in self.widths if w != self.width]
 
 
 class SO3TrainingConfig(Section):

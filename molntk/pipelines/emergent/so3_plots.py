@@ -40,10 +40,7 @@ def plot_rotation_std(path: Path, records: Sequence[dict[str, Any]], summary: di
         base = sorted((r for r in records if (r["k"], r["width"]) == (summary["width_k"], summary["width"])), key=lambda r: r["step"])
         ax = axes[2]
         for i, r in enumerate(base):
-            ax.plot(sizes, [r[f"rotation_std_E{s}"] for s in sizes], "o-", color=f"C{i}", markerfacecolor="none",
-                    label=f"mean of E members, step {r['step']}")
-            noise = max(r["rotation_std_member"] ** 2 - r["rotation_std_ntk"] ** 2, 0.0)
-            ax.plot(sizes, [(r["rotation_std_ntk"] ** 2 + noise / s) ** 0.5 for s in sizes], "--", color=f"C{i}", linewidth=1)
+            draw_size_law(ax, sizes, r, "rotation_std_{}", f"C{i}", f"mean of E members, step {r['step']}")
         ax.plot([], [], "--", color="grey", linewidth=1, label="√(NTK² + (member² − NTK²) / E)")
         ax.axhline(so3, color="k", linestyle=":", label="SO(3) NTK")
         ax.set_xscale("log", base=2)
@@ -56,3 +53,13 @@ def plot_rotation_std(path: Path, records: Sequence[dict[str, Any]], summary: di
             ax.legend(fontsize=7)
         fig.tight_layout()
         return save_figure(fig, path)
+
+
+def draw_size_law(ax: Any, sizes: Sequence[int], record: dict[str, Any], key: str, color: str, label: str) -> None:
+    """On ``ax``: the spread ``key.format("E<size>")`` of the mean of E members against E, and
+    dashed, the law of E independent members around the NTK, √(NTK² + (member² − NTK²) / E),
+    from ``key.format("member")`` and ``key.format("ntk")``."""
+    ax.plot(sizes, [record[key.format(f"E{s}")] for s in sizes], "o-", color=color, markerfacecolor="none", label=label)
+    ntk, member = record[key.format("ntk")], record[key.format("member")]
+    noise = max(member**2 - ntk**2, 0.0)
+    ax.plot(sizes, [(ntk**2 + noise / s) ** 0.5 for s in sizes], "--", color=color, linewidth=1)

@@ -7,35 +7,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import torch
-
-from molntk.ensembles import kernel_learning_rate, record_steps, train_ensemble
+from molntk.ensembles import kernel_learning_rate, train_ensemble
 from molntk.pipelines.emergent.atom_sum import AtomSumMLP, padded_inputs
 from molntk.pipelines.emergent.qm9 import architecture, energy_sets, ensemble_records, mlp_kernel, ntk_means, so3_kernel
+from molntk.pipelines.emergent.runs import run_setup, write_results
 from molntk.pipelines.emergent.so3_config import EmergentSO3Config
 from molntk.pipelines.emergent.so3_plots import plot_rotation_std
-from molntk.pipelines.files import output_dir, result_set, write_metrics_csv, write_report
-from molntk.scale.devices import resolve_device, torch_threads
+from molntk.scale.devices import torch_threads
 from molntk.scale.progress import Progress
-
-
-def runs(config: EmergentSO3Config) -> list[tuple[int, int]]:
-    """(k, width) of every ensemble: the k sweep at ``ensemble.width``, then the other widths
-    at ``augmentation.width_k``."""
-    ens, aug = config.ensemble, config.augmentation
-    return [(k, ens.width) for k in aug.k] + [(aug.width_k, w) for w in ens.widths if w != ens.width]
 
 
 def run_emergent_so3(config: EmergentSO3Config, source: str, progress: Progress | None = None) -> dict[str, Any]:
     """Run the experiment, write its files and return ``{"output", "summary", "results",
     "wall_seconds"}``; ``progress("ensembles", done, total)`` after each trained ensemble."""
-    start = time.perf_counter()
-    out = output_dir(config.name, config.output)  # checked before any work
-    device = resolve_device(config.compute.device, "compute.device")
-    dtype = getattr(torch, config.compute.dtype)
+    setup = run_setup(config)
+    device, dtype, seeds, steps = setup.device, setup.dtype, setup.seeds, setup.steps
     ens = config.ensemble
-    seeds = list(range(ens.seed, ens.seed + ens.members))
-    steps = record_steps(config.training.steps, config.training.records)
     records: list[dict[str, Any]] = []
     with torch_threads(config.compute.threads):
         tic = time.perf_counter()
@@ -52,7 +39,7 @@ def run_emergent_so3(config: EmergentSO3Config, source: str, progress: Progress 
         kernel_seconds = time.perf_counter() - tic
         evaluate = padded_inputs(sets.evaluate, sets.slots).to(dtype=dtype, device=device)
         channels, coeffs = sets.train.coeffs.shape[1:]
-        arch, plan, train_seconds = architecture(config), runs(config), {}
+        arch, plan, train_seconds = architecture(config), ens.plan(config.augmentation.k, config.augmentation.width_k), {}
         for done, (k, width) in enumerate(plan):
             batch, y = augmented[k]
             tic = time.perf_counter()
@@ -74,8 +61,6 @@ def run_emergent_so3(config: EmergentSO3Config, source: str, progress: Progress 
     extra = {
         "summary": summary,
         "learning_rate": lr,
-        "recorded_steps": list(steps),
-        "member_seeds": seeds,
         "data": {
             "n_train": config.data.n_train,
             "n_test": config.data.n_test,
@@ -85,17 +70,11 @@ def run_emergent_so3(config: EmergentSO3Config, source: str, progress: Progress 
             "slots": sets.slots,
             "input_size": int(channels * coeffs),
         },
-        "device": str(device),
         "data_seconds": data_seconds,
         "kernel_seconds": kernel_seconds,
         "train_seconds": train_seconds,
     }
-    with result_set(out) as stage:
-        plot_rotation_std(stage / "rotation_std.png", records, summary)
-        extra["wall_seconds"] = time.perf_counter() - start
-        write_report(stage, config=config.to_dict(), records=records, extra=extra)
-        write_metrics_csv(stage, records)
-    return {"output": str(out), "summary": summary, "results": records, "wall_seconds": extra["wall_seconds"]}
+    return write_results(setup, config, records, extra, lambda folder: plot_rotation_std(folder / "rotation_std.png", records, summary))
 
 
 def summarise(records: list[dict[str, Any]], config: EmergentSO3Config, step: int) -> dict[str, Any]:

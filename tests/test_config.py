@@ -304,6 +304,7 @@ def test_task_names_come_from_the_schemas_and_are_unique() -> None:
         "emergent-ising",
         "emergent-so3",
         "emergent-digits",
+        "md-force-field",
     ]
     assert all(task.name == name for name, task in TASKS.items())
     summary = TASKS["qm9-summary"]

@@ -104,6 +104,20 @@ FORMAT_VERSION = 1
 ACCEPTED = "a Molecule, ase.Atoms, SMILES string, molecule file path or torch_geometric Data"
 
 
+def check_inducing(inducing: Any, selection: Any, seed: Any) -> int | None:
+    """The validated number of inducing environments of a sparse model (None: exact model), with
+    its ``inducing_selection`` and ``inducing_seed``; InputError naming the bad parameter."""
+    if inducing is None:
+        return None
+    if isinstance(inducing, bool) or not isinstance(inducing, numbers.Integral) or inducing < 1:
+        raise InputError("inducing", f"must be None or a whole number ≥ 1, got {inducing!r}")
+    if selection not in SELECTIONS:
+        raise InputError("inducing_selection", f"must be one of {SELECTIONS}, got {selection!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise InputError("inducing_seed", f"must be an integer, got {seed!r}")
+    return int(inducing)
+
+
 def _is_pyg(item: Any) -> bool:
     return type(item).__module__.startswith("torch_geometric")
 
@@ -271,14 +285,8 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
 
     def _check_sparse(self) -> int | None:
         """The validated number of inducing environments (None: exact model)."""
-        if self.inducing is None:
+        if check_inducing(self.inducing, self.inducing_selection, self.inducing_seed) is None:
             return None
-        if isinstance(self.inducing, bool) or not isinstance(self.inducing, numbers.Integral) or self.inducing < 1:
-            raise InputError("inducing", f"must be None or a whole number ≥ 1, got {self.inducing!r}")
-        if self.inducing_selection not in SELECTIONS:
-            raise InputError("inducing_selection", f"must be one of {SELECTIONS}, got {self.inducing_selection!r}")
-        if isinstance(self.inducing_seed, bool) or not isinstance(self.inducing_seed, numbers.Integral):
-            raise InputError("inducing_seed", f"must be an integer, got {self.inducing_seed!r}")
         if self.cv not in SPARSE_CRITERIA:
             raise InputError("cv", f"must be one of {SPARSE_CRITERIA} for a sparse model (inducing={self.inducing}), got {self.cv!r}")
         if self.pairing == "atom-index":

@@ -37,6 +37,22 @@ derivative-kernel prediction [−∂Θ/∂r, ∂²Θ/∂r∂r'] α exactly (the 
 Cost: fitting computes the joint kernel, (3n + 2)-pass autograd per molecule pair
 (:mod:`molntk.molecular.derivative_kernels`), N(N+1)/2 pairs, and inverts an (N + 3Σn) matrix
 once per grid point; predicting is 3 passes per (test, training) pair.
+
+Sparse mode (``inducing=m``, GAP-style, for N in the thousands): m inducing environments s_j
+chosen among the training environments (:func:`~molntk.features.inducing.inducing_environments`,
+as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`) and
+
+    E(M) = E_dressed(M) + Σ_j w_j Θ(M, s_j),   F(M) = −Σ_j w_j ∂Θ(M, s_j)/∂r,
+
+w minimising Σ_E (y − K_E w)²/λ_E + Σ_F (y − K_F w)²/λ_F + wᵀ K_mm w with the energy rows
+K_E = Θ(M_i, s_j), the force rows K_F = −∂Θ(M_i, s_j)/∂r_i (both by
+:func:`~molntk.molecular.force_rows.force_rows`, ≈ 4× the cost of the energy rows alone) and
+K_mm = Θ(s_i, s_j); solved through the Nyström features of K_mm's eigendecomposition (cut at
+``rank_rtol``), λ_E and λ_F by the same grouped LOO and grid, in closed form
+(:mod:`molntk.regression.sparse_joint`). Only the N × m and m × m kernels are computed;
+``predict`` needs Θ(M, s_j), ``predict_forces`` one weighted reverse pass through it
+(:mod:`molntk.models.forces`). Unlike the exact model, the force–force covariances ∂²Θ/∂r∂r'
+never appear: the model's functions are spanned by Θ(·, s_j) alone.
 """
 
 from __future__ import annotations
@@ -140,11 +156,16 @@ class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
     ``elements``, ``grid_band_limit``, ``sampling``, ``mode``, ``pairing``, ``psd_rtol``,
     ``device``, ``block_size``; float64 and ``reduce="sum"`` always); ``residual`` (subtract the
     dressed-atom model); ``reg_energy``, ``reg_force``: "cv" (both chosen together by
-    grouped LOO) or absolute λ_E, λ_F (both must be numbers, or both "cv").
+    grouped LOO) or absolute λ_E, λ_F (both must be numbers, or both "cv"; > 0 in sparse mode);
+    ``inducing`` (None: the exact model; m: the sparse model), ``inducing_selection``,
+    ``inducing_seed``, ``rank_rtol`` (sparse mode, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`).
 
-    Fitted attributes: ``train_molecules_``, ``training_elements_``, ``dressed_atom_`` (or None),
-    ``reg_energy_``, ``reg_force_`` (λ_E, λ_F used), ``cv_score_`` (the LOO criterion, or None),
-    ``energy_coef_`` (N,) and ``force_coef_`` (3Σn,) (α_E, α_F), ``kernel_`` (the molecular kernel).
+    Fitted attributes: ``training_elements_``, ``dressed_atom_`` (or None), ``reg_energy_``,
+    ``reg_force_`` (λ_E, λ_F used), ``cv_score_`` (the LOO criterion, or None), ``kernel_`` (the
+    molecular kernel); exact: ``train_molecules_``, ``energy_coef_`` (N,) and ``force_coef_``
+    (3Σn,) (α_E, α_F); sparse: ``inducing_rows_`` (int64 rows into the training environments),
+    ``inducing_`` (the inducing environments), ``inducing_weights_`` (w, (m,)), ``n_inducing_``
+    and ``rank_`` (K_mm eigenvalues kept).
     """
 
     layers: str = DEFAULTS.layers
@@ -250,7 +271,7 @@ class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
         rows = inducing_environments(feats, int(self.inducing), method=self.inducing_selection, seed=int(self.inducing_seed))
         self.inducing_rows_ = rows.cpu().numpy().astype(np.int64)
         self.inducing_ = environments_as_molecules(feats, rows)
-        K_mm = kernel(self.inducing_, self.inducing_).ntk.cpu().numpy()
+        K_mm = kernel(self.inducing_).ntk.cpu().numpy()
         rows_e_f = force_rows(kernel, molecules, self.inducing_)
         fit = fit_sparse_joint(np.vstack([rows_e_f.energy, -rows_e_f.gradient]), K_mm, y, is_force, groups,
                                reg_energy=lam_e, reg_force=lam_f, floor=self.psd_rtol, rank_rtol=self.rank_rtol)

@@ -69,8 +69,13 @@ class NystromFactors:
         return self.Q @ (coeffs / (self.sigma[:, None] ** 2 + reg)) + (Y - self.Q @ coeffs) / reg
 
     def weights(self, coeffs: np.ndarray, reg: float) -> np.ndarray:
-        """W_S = root W diag(σ/(σ² + λ)) C (m, k), C = QᵀY."""
-        return self.root @ (self.Wt.T @ ((self.sigma / (self.sigma**2 + reg))[:, None] * coeffs))
+        """W_S = root W diag(σ/(σ² + λ)) C (m, k), C = QᵀY (:func:`inducing_weights`)."""
+        return inducing_weights(self.root, self.sigma, self.Wt, coeffs, reg)
+
+
+def inducing_weights(root: np.ndarray, sigma: np.ndarray, Wt: np.ndarray, coeffs: np.ndarray, reg: float) -> np.ndarray:
+    """W_S = root W diag(σ/(σ² + λ)) C (m, k) from the SVD B = Q diag(σ) Wᵀ of the features and C = QᵀY."""
+    return root @ (Wt.T @ ((sigma / (sigma**2 + reg))[:, None] * coeffs))
 
 
 @dataclass(frozen=True, eq=False)

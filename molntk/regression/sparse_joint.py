@@ -15,22 +15,27 @@ Solve (stable, no normal equations): K_mm = U diag(s) Uᵀ with the eigenvalues 
 w = R v turns the prior into ‖v‖² and the rows into the Nyström features B = K_nm R. With
 λ = ρ d (d = s_E on energy rows, q s_F on force rows) and the scaled rows B̃ = D^{-1/2} B,
 ỹ = D^{-1/2} y, v is kernel ridge with noise ρ on B̃: thin SVD B̃ = Q diag(σ) Wᵀ and
-w = R W diag(σ/(σ² + ρ)) Qᵀ ỹ (:class:`~molntk.regression.nystrom.NystromFactors`). The SVD
+w = R W diag(σ/(σ² + ρ)) Qᵀ ỹ (:func:`~molntk.regression.nystrom.inducing_weights`). The SVD
 for each ratio q comes from QR factorisations of the energy block and the force block of B,
 computed once: B_E = Q_E R_E, B_F = Q_F R_F, B̃ = diag(Q_E, Q_F) S_q with
-S_q = [R_E/√d_E; R_F/√d_F] (at most 2r × r), S_q = U diag(σ) Wᵀ, Q = diag(Q_E, Q_F) U.
+S_q = [R_E/√d_E; R_F/√d_F] (at most 2r × r), S_q = U diag(σ) Wᵀ, Q = diag(Q_E, Q_F) U, and
+Qᵀ ỹ = Uᵀ [Q_Eᵀ y_E/√d_E; Q_Fᵀ y_F/√d_F] with Q_Eᵀ y_E, Q_Fᵀ y_F computed once: Q itself is
+needed only for the rows that the LOO scores.
 
 Grouped LOO: with the inducing points (and s_E, s_F) held fixed, the fit is ridge regression
 with fixed features, hat matrix H = Q diag(h) Qᵀ, h = σ²/(σ² + ρ), and leaving out the rows g of
 one configuration gives the residuals D_g^{1/2} (I − H_gg)⁻¹ (ỹ − H ỹ)_g (the (C_gg)⁻¹ α_g of
 :mod:`~molntk.regression.noise_search` for C = (B̃B̃ᵀ + ρ)⁻¹ = (I − H)/ρ, scaled). λ_E and λ_F
 are chosen by :func:`~molntk.regression.noise_search.search_noise` with s_E, s_F the mean
-diagonals of the Nyström kernel B Bᵀ on energy and on force rows. Rows are reordered by
-configuration (configurations of equal size next to each other), so that the H_gg of all
-configurations of one size are one batched product.
+diagonals of the Nyström kernel B Bᵀ on energy and on force rows, scoring at most
+:data:`LOO_GROUPS` configurations (a seeded sample of them beyond). Rows are reordered by
+configuration, the scored ones first, those of equal size next to each other, so that the H_gg
+of all scored configurations of one size are one batched product.
 
 Cost: O(m³) for K_mm, O(n m r) for B, O(n r²) for the QRs once; per ratio O(r³) for the SVD
-of S_q and O(n r²) for Q; per noise scale O(Σ_g n_g² r) for the H_gg.
+of S_q and O(n_s r²) for the scored rows of Q; per noise scale O(Σ_g n_g² r) over the scored
+configurations (n_s rows). Measured (one thread, loaded 2-core machine) for 1,000 ethanol
+configurations (28,000 rows), m = r = 1,000: see the benchmark ``benchmarks/md_force_field.py``.
 """
 
 from __future__ import annotations
@@ -39,14 +44,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
 
 from molntk.errors import InputError
 from molntk.regression import validation
 from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, ResidualsAt, search_noise
-from molntk.regression.nystrom import RANK_RTOL, InducingRoot, NystromFactors, inducing_root
+from molntk.regression.nystrom import RANK_RTOL, InducingRoot, inducing_root, inducing_weights
 
 #: Configurations per batched product of the grouped LOO (bounds its (groups, n_g, r) temporary).
 GROUP_CHUNK = 256
+#: Configurations whose LOO residuals score a noise level: all when there are at most this
+#: many, else a seeded random sample of this many (each still left out exactly); the cost per
+#: ratio and noise scale grows with them, not with the training set.
+LOO_GROUPS = 500
 
 
 @dataclass(frozen=True)
@@ -63,47 +73,52 @@ class SparseJointFit:
 
 
 @dataclass(frozen=True)
-class _Rows:
-    """The system with rows in configuration order: y, the force-row mask, the configuration
-    sizes (ascending, one per configuration), the root of K_mm, the QR factors of the energy
-    and force blocks of B = K_nm R and the mean diagonals s_E, s_F of B Bᵀ."""
+class _System:
+    """The system with rows in configuration order, the scored configurations first (each block
+    by ascending size): y, the force-row mask, the sizes of the scored configurations, the root
+    of K_mm, the QR factors (Q, R) of the energy and force blocks of B = K_nm R (in row order
+    within each kind), Q_Eᵀ y_E and Q_Fᵀ y_F, and the mean diagonals s_E, s_F of B Bᵀ."""
 
     y: np.ndarray
     is_force: np.ndarray
-    sizes: np.ndarray
+    scored_sizes: np.ndarray
     root: InducingRoot
     energy: tuple[np.ndarray, np.ndarray]
     force: tuple[np.ndarray, np.ndarray]
+    projected: tuple[np.ndarray, np.ndarray]
     scale_e: float
     scale_f: float
 
-    def factors(self, d_e: float, d_f: float) -> NystromFactors:
-        """Thin SVD of D^{-1/2} B (module docstring), D = d_E on energy rows, d_F on force rows."""
-        (q_e, r_e), (q_f, r_f) = self.energy, self.force
-        u, sigma, wt = np.linalg.svd(np.vstack([r_e / np.sqrt(d_e), r_f / np.sqrt(d_f)]), full_matrices=False)
-        Q = np.empty((self.y.size, sigma.size))
-        Q[~self.is_force], Q[self.is_force] = q_e @ u[: r_e.shape[0]], q_f @ u[r_e.shape[0] :]
-        return NystromFactors(self.root.root, Q, sigma, wt, self.root.n_dropped, self.root.min_raw)
+    @property
+    def n_scored(self) -> int:
+        return int(self.scored_sizes.sum())
 
-    def scaled(self, d_e: float, d_f: float) -> tuple[np.ndarray, np.ndarray]:
-        """(D^{1/2} diagonal, D^{-1/2} y)."""
-        root_d = np.sqrt(np.where(self.is_force, d_f, d_e))
-        return root_d, self.y / root_d
+    def svd(self, d_e: float, d_f: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(U, σ, Wᵀ, C) of D^{-1/2} B = diag(Q_E, Q_F) U diag(σ) Wᵀ (module docstring), D = d_E on
+        energy rows, d_F on force rows, and C = Qᵀ D^{-1/2} y = Uᵀ [Q_Eᵀ y_E/√d_E; Q_Fᵀ y_F/√d_F]."""
+        (_, r_e), (_, r_f) = self.energy, self.force
+        u, sigma, wt = np.linalg.svd(np.vstack([r_e / np.sqrt(d_e), r_f / np.sqrt(d_f)]), full_matrices=False)
+        (p_e, p_f) = self.projected
+        return u, sigma, wt, u.T @ np.concatenate([p_e / np.sqrt(d_e), p_f / np.sqrt(d_f)])
 
     def residuals_for(self, q: float) -> ResidualsAt:
-        """The grouped-LOO residuals at each ρ for the ratio q (module docstring)."""
+        """The grouped-LOO residuals of the scored rows at each ρ for the ratio q (module docstring)."""
         d_e, d_f = self.scale_e, q * self.scale_f
-        fac = self.factors(d_e, d_f)
-        root_d, y = self.scaled(d_e, d_f)
-        coeffs = fac.Q.T @ y[:, None]
+        u, sigma, _, coeffs = self.svd(d_e, d_f)
+        rows = slice(0, self.n_scored)
+        is_force = self.is_force[rows]
+        Q = np.empty((self.n_scored, sigma.size))  # the scored rows of Q = diag(Q_E, Q_F) U
+        k_e = self.energy[1].shape[0]
+        Q[~is_force] = self.energy[0][: int((~is_force).sum())] @ u[:k_e]
+        Q[is_force] = self.force[0][: int(is_force.sum())] @ u[k_e:]
+        root_d = np.sqrt(np.where(is_force, d_f, d_e))
+        y = self.y[rows] / root_d
 
         def residuals_at(rho: float) -> np.ndarray:
-            fitted_off = fac.residuals(y[:, None], coeffs, rho)[0][:, 0]  # ỹ − H ỹ
-            h = fac.sigma**2 / (fac.sigma**2 + rho)
-            return root_d * _grouped_solve(fac.Q, h, fitted_off, self.sizes)
+            h = sigma**2 / (sigma**2 + rho)
+            return root_d * _grouped_solve(Q, h, y - Q @ (h * coeffs), self.scored_sizes)
 
         return residuals_at
-
 
 def _grouped_solve(Q: np.ndarray, h: np.ndarray, e: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """(I − H_gg)⁻¹ e_g for every configuration g, H = Q diag(h) Qᵀ, rows in configuration order
@@ -121,8 +136,9 @@ def _grouped_solve(Q: np.ndarray, h: np.ndarray, e: np.ndarray, sizes: np.ndarra
     return out
 
 
-def _rows(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray], rank_rtol: float) -> _Rows:
-    """Validate and order the system (configurations by size) and factor it once."""
+def _system(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray],
+            rank_rtol: float, seed: int) -> _System:
+    """Validate and order the system (module docstring, :data:`LOO_GROUPS`) and factor it once."""
     root = inducing_root(K_mm, rank_rtol)
     y = validation.vector(y, "y", length=len(is_force))
     K_nm = validation.matrix(K_nm, "K_nm", rows=len(is_force))
@@ -130,32 +146,38 @@ def _rows(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: S
         raise InputError("K_nm", f"must have {root.root.shape[0]} columns (one per inducing point), got shape {K_nm.shape}")
     if is_force.all() or not is_force.any():
         raise InputError("y", "needs both energy and force rows")
-    order = np.concatenate(sorted(groups, key=len))
-    if not np.array_equal(np.sort(order), np.arange(len(is_force))):
+    if not np.array_equal(np.sort(np.concatenate(groups)), np.arange(len(is_force))):
         raise InputError("groups", "must partition the rows")
-    is_force = is_force[order]
+    scored = np.zeros(len(groups), dtype=bool)
+    scored[np.random.default_rng(seed).permutation(len(groups))[:LOO_GROUPS]] = True
+    by_size = lambda picked: sorted((g for g, keep in zip(groups, scored) if keep == picked), key=len)  # noqa: E731
+    first, rest = by_size(True), by_size(False)
+    order = np.concatenate(first + rest)
+    y, is_force = y[order], is_force[order]
     B = K_nm[order] @ root.root
-    energy, force = B[~is_force], B[is_force]
-    return _Rows(y[order], is_force, np.array(sorted(len(g) for g in groups)), root, np.linalg.qr(energy),
-                 np.linalg.qr(force), float(np.mean(np.sum(energy**2, axis=1))), float(np.mean(np.sum(force**2, axis=1))))
+    energy, force = (scipy.linalg.qr(B[kind], mode="economic", check_finite=False) for kind in (~is_force, is_force))
+    projected = (energy[0].T @ y[~is_force], force[0].T @ y[is_force])
+    scales = [float(np.mean(np.sum(B[kind] ** 2, axis=1))) for kind in (~is_force, is_force)]
+    return _System(y, is_force, np.array([len(g) for g in first]), root, energy, force, projected, *scales)
 
 
 def fit_sparse_joint(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray], *,
                      reg_energy: float | None = None, reg_force: float | None = None, floor: float = 0.0,
                      rank_rtol: float = RANK_RTOL, ratios: np.ndarray = RATIO_GRID,
-                     scales: np.ndarray = SCALE_GRID) -> SparseJointFit:
+                     scales: np.ndarray = SCALE_GRID, seed: int = 0) -> SparseJointFit:
     """The inducing weights w of the module docstring for rows K_nm (n, m) against inducing points
     with kernel K_mm, targets y (n,), the force-row mask and the configurations' row groups
     (a partition of the rows); λ_E = ``reg_energy``, λ_F = ``reg_force`` (both > 0), or both None:
-    chosen by grouped LOO over the grid (λ's below ``floor`` times their mean diagonal skipped)."""
-    system = _rows(K_nm, K_mm, y, np.asarray(is_force, dtype=bool), groups, rank_rtol)
+    chosen by grouped LOO over the grid (λ's below ``floor`` times their mean diagonal skipped;
+    ``seed`` draws the scored configurations when there are more than :data:`LOO_GROUPS`)."""
+    system = _system(K_nm, K_mm, y, np.asarray(is_force, dtype=bool), groups, rank_rtol, seed)
     score = None
     if reg_energy is None or reg_force is None:
-        reg_energy, reg_force, score = search_noise(system.residuals_for, system.y, system.is_force, system.scale_e,
-                                                    system.scale_f, floor, ratios, scales)
+        scored = slice(0, system.n_scored)
+        reg_energy, reg_force, score = search_noise(system.residuals_for, system.y[scored], system.is_force[scored],
+                                                    system.scale_e, system.scale_f, floor, ratios, scales)
     elif reg_energy <= 0 or reg_force <= 0:
         raise InputError("reg_energy" if reg_energy <= 0 else "reg_force", "must be > 0 for the sparse model")
-    fac = system.factors(reg_energy, reg_force)
-    _, y_scaled = system.scaled(reg_energy, reg_force)
-    weights = fac.weights(fac.Q.T @ y_scaled[:, None], 1.0)[:, 0]
+    _, sigma, wt, coeffs = system.svd(reg_energy, reg_force)
+    weights = inducing_weights(system.root.root, sigma, wt, coeffs[:, None], 1.0)[:, 0]
     return SparseJointFit(weights, float(reg_energy), float(reg_force), score, system.root.root.shape[1], system.root.n_dropped)

@@ -50,8 +50,8 @@ K_E = Θ(M_i, s_j), the force rows K_F = −∂Θ(M_i, s_j)/∂r_i (both by
 K_mm = Θ(s_i, s_j); solved through the Nyström features of K_mm's eigendecomposition (cut at
 ``rank_rtol``), λ_E and λ_F by the same grouped LOO and grid, in closed form
 (:mod:`molntk.regression.sparse_joint`). Only the N × m and m × m kernels are computed;
-``predict`` needs Θ(M, s_j), ``predict_forces`` one weighted reverse pass through it
-(:mod:`molntk.models.forces`). Unlike the exact model, the force–force covariances ∂²Θ/∂r∂r'
+``predict`` needs Θ(M, s_j), ``predict_forces`` one reverse pass through it with w as the
+cotangent (≈ 2.5× the energy). Unlike the exact model, the force–force covariances ∂²Θ/∂r∂r'
 never appear: the model's functions are spanned by Θ(·, s_j) alone.
 """
 
@@ -64,7 +64,6 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg
-import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from molntk.data.molecule import Molecule
@@ -72,7 +71,6 @@ from molntk.errors import InputError
 from molntk.features.environments import FeatureConfig
 from molntk.features.inducing import environments_as_molecules, inducing_environments
 from molntk.features.radial import radial_basis_from_dict
-from molntk.models.forces import KernelExpansion, energies_and_forces
 from molntk.models.so3_ntk import DEFAULTS, as_molecules, check_inducing, present_elements
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.derivative_kernels import (
@@ -302,12 +300,14 @@ class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
     def predict_forces(self, X: Any, return_energy: bool = False) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
         """Forces F = −∂E/∂r of the predicted energy, a list of (n_atoms, 3) arrays (energy unit
         per Å); with ``return_energy`` also the energies (n,) of the same pass. Sparse model:
-        −Σ_j w_j ∂Θ(M, s_j)/∂r by one weighted reverse pass per molecule (:mod:`molntk.models.forces`)."""
+        −Σ_j w_j ∂Θ(M, s_j)/∂r, the force rows contracted with w as they are computed
+        (:func:`~molntk.molecular.force_rows.force_rows` with ``weights``)."""
         molecules, base = self._query(X, "predict_forces")
         if self.inducing is not None:
-            coef = torch.as_tensor(self.inducing_weights_, dtype=torch.float64, device=self.kernel_.ctx.device)
-            energies, forces = energies_and_forces(KernelExpansion(self.kernel_, self.inducing_, coef, 0.0), molecules)
-            return (base + energies, forces) if return_energy else forces
+            rows = force_rows(self.kernel_, molecules, self.inducing_, weights=self.inducing_weights_)
+            splits = np.cumsum([3 * m.n_atoms for m in molecules])[:-1]
+            forces = [-g.reshape(-1, 3) for g in np.split(rows.gradient[:, 0], splits)]
+            return (base + rows.energy[:, 0], forces) if return_energy else forces
         energies, forces = np.empty(len(molecules)), []
         for i, m in enumerate(molecules):
             energies[i], grad = expansion_energy_and_gradient(self.kernel_, m, self.train_molecules_,

@@ -41,6 +41,8 @@ with the recipe's default model (``lift:3 erf pool dense``, Lebedev grid of band
 thread on a 2-core machine shared with a heavy benchmark (load ≈ 5: upper bounds): ethanol
 (9 atoms) 116 ms per molecule for both kinds of rows against 30 ms for the energy rows alone
 (``kernel(molecules, inducing)``), 3.9×; aspirin (21 atoms) 217 ms against 52 ms, 4.1×.
+Contracted with weights (the forces of a fitted expansion, ``weights=``): 82 ms against 32 ms
+for ethanol, 2.5×.
 
 Molecules are processed in batches of at most :data:`ATOM_BATCH` atoms (features, pair
 Jacobians and a (atoms, m, 3) accumulator per batch), their environment pairs with the
@@ -98,9 +100,16 @@ class _Query:
     variance_terms: list[Tensor | None]
 
 
-def force_rows(kernel: SO3MolecularKernel, molecules: Sequence[Molecule], references: EnvironmentBatch) -> ForceRows:
+def force_rows(kernel: SO3MolecularKernel, molecules: Sequence[Molecule], references: EnvironmentBatch,
+               weights: np.ndarray | None = None) -> ForceRows:
     """Θ(M_i, s_j) and ∂Θ(M_i, s_j)/∂r_i of ``molecules`` against the reference molecules of
-    ``references`` (feature maps of ``kernel.features``), see the module docstring."""
+    ``references`` (feature maps of ``kernel.features``), see the module docstring.
+
+    With ``weights`` w (one per reference molecule) the rows are contracted with w as they are
+    computed: ``energy`` (N, 1) = Σ_j w_j Θ(M_i, s_j) and ``gradient`` (3Σn, 1) = Σ_j w_j ∂Θ(M_i, s_j)/∂r_i,
+    the energy and minus the forces of the expansion Σ_j w_j Θ(·, s_j). The reverse pass then
+    carries w as its cotangent and the chain to the positions runs once per query atom pair
+    instead of once per (pair, s_j)."""
     check_kernel(kernel)
     if not molecules:
         raise InputError("molecules", "no molecules")
@@ -113,26 +122,41 @@ def force_rows(kernel: SO3MolecularKernel, molecules: Sequence[Molecule], refere
     ref = references.to(ctx.device)
     x2 = ref.coeffs[..., :band2].to(ctx.dtype)
     trace2 = net.self_kernels(x2, ctx=ctx)
+    counts2 = atom_counts(ref).to(ctx.dtype)
+    per_molecule = None if weights is None else _weights(weights, ref.n_molecules, ctx.device)
+    if per_molecule is not None and kernel.reduce == "mean":
+        per_molecule = per_molecule / counts2
+    per_env = None if per_molecule is None else per_molecule[ref.molecule_index]
     energy, gradient = [], []
     for batch in _batches(molecules):
         query = _query(kernel, batch, band2)
         feats = query.feats
-        grad = torch.zeros(feats.n_env, ref.n_env, 3, dtype=ctx.dtype, device=ctx.device)
+        grad = torch.zeros(feats.n_env, ref.n_env if per_env is None else 1, 3, dtype=ctx.dtype, device=ctx.device)
 
         def block(i1: Tensor, i2: Tensor, diagonal: bool) -> tuple[Tensor]:
-            return (_block(kernel, query, x2, trace2, i1, i2, grad),)
+            return (_block(kernel, query, x2, trace2, i1, i2, per_env, grad),)
 
         (theta,) = pair_sum(block, feats, ref, n_outputs=1, mirror=False, pairing=kernel.pairing,
                             block_size=kernel.block_size, dtype=ctx.dtype, device=ctx.device)
-        by_molecule = torch.zeros(feats.n_env, ref.n_molecules, 3, dtype=ctx.dtype, device=ctx.device)
-        by_molecule.index_add_(1, ref.molecule_index, grad)
+        if per_env is None:
+            grad = torch.zeros(feats.n_env, ref.n_molecules, 3, dtype=ctx.dtype, device=ctx.device).index_add_(1, ref.molecule_index, grad)
+            norm = counts2[None, :]
+        else:
+            theta, norm = theta @ per_molecule[:, None], counts2.new_ones(1, 1)
         if kernel.reduce == "mean":
-            norm = atom_counts(feats).to(ctx.dtype)[:, None] * atom_counts(ref).to(ctx.dtype)[None, :]
-            theta = theta / norm
-            by_molecule = by_molecule / norm[feats.molecule_index][..., None]
+            norm = atom_counts(feats).to(ctx.dtype)[:, None] * norm
+            theta, grad = theta / norm, grad / norm[feats.molecule_index][..., None]
         energy.append(theta.cpu().numpy())
-        gradient.append(by_molecule.permute(0, 2, 1).reshape(-1, ref.n_molecules).cpu().numpy())
+        gradient.append(grad.permute(0, 2, 1).reshape(-1, grad.shape[1]).cpu().numpy())
     return ForceRows(np.concatenate(energy), np.concatenate(gradient))
+
+
+def _weights(weights: np.ndarray, n: int, device: torch.device | str) -> Tensor:
+    """``weights`` as a float64 tensor of length n on ``device`` (InputError otherwise)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n,) or not np.all(np.isfinite(w)):
+        raise InputError("weights", f"must be {n} finite numbers, one per reference molecule, got shape {w.shape}")
+    return torch.as_tensor(w, device=device)
 
 
 def _batches(molecules: Sequence[Molecule]) -> list[list[Molecule]]:
@@ -163,9 +187,11 @@ def _query(kernel: SO3MolecularKernel, batch: list[Molecule], band2: int) -> _Qu
 
 
 def _block(kernel: SO3MolecularKernel, query: _Query, x2: Tensor, trace2: list[Tensor], i1: Tensor, i2: Tensor,
-           grad: Tensor) -> Tensor:
+           weights: Tensor | None, grad: Tensor) -> Tensor:
     """k(a, b) for the query environments i1 × reference environments i2, (len(i1), len(i2));
-    adds each pair's position gradient into ``grad`` (query atoms, reference environments, 3)."""
+    adds each pair's position gradient into ``grad`` (query atoms, reference environments, 3),
+    or with ``weights`` (one per reference environment) their weighted sum into ``grad``
+    (query atoms, 1, 3)."""
     ctx = kernel.ctx
     out = x2.new_empty(len(i1), len(i2))
     height, width = tile_shape(len(i1), len(i2), max(1, tile_elements(ctx.device) // ctx.support_size), square=False)
@@ -173,18 +199,19 @@ def _block(kernel: SO3MolecularKernel, query: _Query, x2: Tensor, trace2: list[T
         rows = i1[r : r + height]
         for c in range(0, len(i2), width):
             cols = i2[c : c + width]
-            theta, g, d_vars = _tile(kernel, query, x2, trace2, rows, cols)
+            theta, g, d_vars = _tile(kernel, query, x2, trace2, rows, cols, None if weights is None else weights[cols])
             out[r : r + height, c : c + width] = theta
-            _chain_to_positions(kernel, query, g, d_vars, rows, cols, grad)
+            _chain_to_positions(kernel, query, g, d_vars, rows, cols if weights is None else cols.new_zeros(1), grad)
     return out
 
 
-def _tile(kernel: SO3MolecularKernel, query: _Query, x2: Tensor, trace2: list[Tensor], rows: Tensor,
-          cols: Tensor) -> tuple[Tensor, Tensor, list[Tensor | None]]:
+def _tile(kernel: SO3MolecularKernel, query: _Query, x2: Tensor, trace2: list[Tensor], rows: Tensor, cols: Tensor,
+          weights: Tensor | None) -> tuple[Tensor, Tensor, list[Tensor | None]]:
     """k(a, b) (n1, n2), ∂k(a, b)/∂C_ab pulled back to f̂(a) by the lift ((n2, n1, b², C),
     :meth:`~molntk.kernels.so3.lift.Lift.cross_gradients`) and ∂k(a, b)/∂v_s(a) ((n1, n2) or
     None) of one tile of pairs, by one reverse-mode pass with the lift's cross kernels and
-    per-pair copies of the query's variances as leaves (module docstring)."""
+    per-pair copies of the query's variances as leaves (module docstring). With ``weights``
+    (n2,) the derivatives are those of Σ_b w_b k(a, b), summed over b ((1, n1, b², C), (n1, 1))."""
     ctx, net = kernel.ctx, kernel.network
     lift, x1, right = net.layers[0], query.coeffs[rows], x2[cols]
     with torch.enable_grad():
@@ -195,8 +222,12 @@ def _tile(kernel: SO3MolecularKernel, query: _Query, x2: Tensor, trace2: list[Te
             v2 = v2[cols]
             nngp, theta = rule(nngp, theta, v1[..., None] if on_group else v1, v2[None, :, None] if on_group else v2[None, :], ctx)
             on_group = on_group and not pools
-        d_lifted, *d_vars = torch.autograd.grad(theta.sum(), [lifted, *leaves], allow_unused=True)
-    return theta.detach(), lift.cross_gradients(d_lifted, right, ctx, x1.shape[1]), d_vars
+        cotangent = torch.ones_like(theta) if weights is None else weights[None, :].expand_as(theta)
+        d_lifted, *d_vars = torch.autograd.grad(theta, [lifted, *leaves], cotangent, allow_unused=True)
+    g = lift.cross_gradients(d_lifted, right, ctx, x1.shape[1], summed=weights is not None)
+    if weights is not None:
+        d_vars = [None if d is None else d.sum(1, keepdim=True) for d in d_vars]
+    return theta.detach(), g, d_vars
 
 
 def _chain_to_positions(kernel: SO3MolecularKernel, query: _Query, g: Tensor, d_vars: list[Tensor | None], rows: Tensor,

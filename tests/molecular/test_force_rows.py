@@ -153,3 +153,17 @@ def test_bad_inputs_are_input_errors(frames, inducing):
     other = environment_features(frames[:1], FeatureConfig(elements=(1, 6, 8)))
     with pytest.raises(InputError, match="feature config"):
         force_rows(kernel(), frames[:1], other)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_weighted_rows_are_the_rows_times_the_weights(frames, inducing, reduce):
+    """``weights`` contracts the rows as they are computed: Σ_j w_j Θ and Σ_j w_j ∂Θ/∂r equal the
+    full rows times w (two summation orders: bound 1e-12 relative)."""
+    k = kernel(reduce=reduce)
+    w = np.random.default_rng(0).normal(size=10)
+    full, weighted = force_rows(k, frames[20:23], inducing), force_rows(k, frames[20:23], inducing, weights=w)
+    assert weighted.energy.shape == (3, 1) and weighted.gradient.shape == (81, 1)
+    np.testing.assert_allclose(weighted.energy[:, 0], full.energy @ w, rtol=1e-12)
+    assert np.abs(weighted.gradient[:, 0] - full.gradient @ w).max() <= 1e-12 * np.abs(full.gradient @ w).max()
+    with pytest.raises(InputError, match="weights"):
+        force_rows(k, frames[20:21], inducing, weights=w[:3])

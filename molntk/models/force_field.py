@@ -68,17 +68,10 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
-from molntk.features.environments import FeatureConfig
 from molntk.features.inducing import environments_as_molecules, inducing_environments
-from molntk.features.radial import radial_basis_from_dict
-from molntk.models.so3_ntk import DEFAULTS, as_molecules, check_inducing, present_elements
+from molntk.models.so3_ntk import DEFAULTS, RECIPE_PARAMS, SO3NetworkParams, as_molecules, check_inducing, present_elements
 from molntk.models.so3_recipe import SO3ModelRecipe
-from molntk.molecular.derivative_kernels import (
-    derivative_rows,
-    expansion_energy_and_gradient,
-    force_offsets,
-    joint_kernel,
-)
+from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
 from molntk.molecular.force_rows import force_rows
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
@@ -146,7 +139,7 @@ def _reg(value: float | str, name: str) -> float | None:
 
 
 @dataclass(eq=False, repr=False)
-class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
+class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
     """Kernel ridge on energies and forces with the SO(3) molecular NTK (module docstring).
 
     Parameters: the recipe's, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`
@@ -166,17 +159,6 @@ class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
     and ``rank_`` (K_mm eigenvalues kept).
     """
 
-    layers: str = DEFAULTS.layers
-    sigma_w: float = DEFAULTS.sigma_w
-    sigma_b: float = DEFAULTS.sigma_b
-    band_limit: int = DEFAULTS.features.band_limit
-    smearing_width: float | None = DEFAULTS.features.smearing_width
-    radial: dict[str, Any] | None = None
-    elements: Sequence[int] = DEFAULTS.features.elements
-    grid_band_limit: int = DEFAULTS.grid_band_limit
-    sampling: str = DEFAULTS.sampling
-    mode: str = DEFAULTS.mode
-    pairing: str = DEFAULTS.pairing
     residual: bool = True
     reg_energy: float | str = "cv"
     reg_force: float | str = "cv"
@@ -190,12 +172,8 @@ class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
 
     def recipe(self) -> SO3ModelRecipe:
         """The model these parameters describe (float64, sum over atom pairs)."""
-        radial = DEFAULTS.features.radial if self.radial is None else radial_basis_from_dict(self.radial)
-        features = FeatureConfig(tuple(self.elements), self.band_limit, self.smearing_width, radial)
-        return SO3ModelRecipe(layers=self.layers, sigma_w=self.sigma_w, sigma_b=self.sigma_b, features=features,
-                              grid_band_limit=self.grid_band_limit, sampling=self.sampling, mode=self.mode,
-                              pairing=self.pairing, reduce="sum", dtype="float64", block_size=self.block_size,
-                              psd_rtol=self.psd_rtol, rank_rtol=self.rank_rtol)
+        return SO3ModelRecipe(features=self.feature_config(), reduce="sum", dtype="float64",
+                              **{name: getattr(self, name) for name in RECIPE_PARAMS if name not in ("reduce", "dtype")})
 
     def _check_params(self) -> tuple[float | None, float | None]:
         if self.pairing not in ("element", "shared"):

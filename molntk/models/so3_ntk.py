@@ -200,7 +200,33 @@ def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any
 
 
 @dataclass(eq=False, repr=False)
-class SO3NTKRegressor(RegressorMixin, BaseEstimator):
+class SO3NetworkParams:
+    """The parameters of the SO(3) model that every SO(3) estimator takes, with the recipe's
+    defaults (:data:`DEFAULTS`): the network (``layers``, ``sigma_w``, ``sigma_b``), the feature
+    maps (``band_limit``, ``smearing_width``, ``radial`` (a radial-basis dict; None: the
+    recipe's), ``elements``) and the kernel engine (``grid_band_limit``, ``sampling``, ``mode``,
+    ``pairing``)."""
+
+    layers: str = DEFAULTS.layers
+    sigma_w: float = DEFAULTS.sigma_w
+    sigma_b: float = DEFAULTS.sigma_b
+    band_limit: int = DEFAULTS.features.band_limit
+    smearing_width: float | None = DEFAULTS.features.smearing_width
+    radial: dict[str, Any] | None = None
+    elements: Sequence[int] = DEFAULTS.features.elements
+    grid_band_limit: int = DEFAULTS.grid_band_limit
+    sampling: str = DEFAULTS.sampling
+    mode: str = DEFAULTS.mode
+    pairing: str = DEFAULTS.pairing
+
+    def feature_config(self) -> FeatureConfig:
+        """The feature maps these parameters describe (``radial=None``: the recipe's radial basis)."""
+        radial = DEFAULTS.features.radial if self.radial is None else radial_basis_from_dict(self.radial)
+        return FeatureConfig(tuple(self.elements), self.band_limit, self.smearing_width, radial)
+
+
+@dataclass(eq=False, repr=False)
+class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
     """Kernel regression with the NTK of an SO(3) group-convolutional network (module docstring).
 
     Parameters: ``layers``, ``sigma_w``, ``sigma_b`` (the network); ``band_limit``,
@@ -236,17 +262,6 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     ``load`` or a parameter change.
     """
 
-    layers: str = DEFAULTS.layers
-    sigma_w: float = DEFAULTS.sigma_w
-    sigma_b: float = DEFAULTS.sigma_b
-    band_limit: int = DEFAULTS.features.band_limit
-    smearing_width: float | None = DEFAULTS.features.smearing_width
-    radial: dict[str, Any] | None = None
-    elements: Sequence[int] = DEFAULTS.features.elements
-    grid_band_limit: int = DEFAULTS.grid_band_limit
-    sampling: str = DEFAULTS.sampling
-    mode: str = DEFAULTS.mode
-    pairing: str = DEFAULTS.pairing
     reduce: str = DEFAULTS.reduce
     residual: bool = True
     reg: float | str = "cv"
@@ -275,9 +290,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
 
     def recipe(self) -> SO3ModelRecipe:
         """The model these parameters describe (``radial=None``: the recipe's radial basis)."""
-        radial = DEFAULTS.features.radial if self.radial is None else radial_basis_from_dict(self.radial)
-        features = FeatureConfig(tuple(self.elements), self.band_limit, self.smearing_width, radial)
-        return SO3ModelRecipe(features=features, **{name: getattr(self, name) for name in RECIPE_PARAMS})
+        return SO3ModelRecipe(features=self.feature_config(), **{name: getattr(self, name) for name in RECIPE_PARAMS})
 
     def _regressor(self, recipe: SO3ModelRecipe) -> KernelRegressor:
         """Kernel ridge with the recipe's λ grid (fast mode: down to psd_rtol · mean(diag K))."""

@@ -66,7 +66,6 @@ from molntk.errors import InputError
 from molntk.features.environments import EnvironmentBatch, environment_features, molecule_rows
 from molntk.features.pair_jacobians import PairJacobians, pair_jacobians
 from molntk.kernels.so3.network import tile_elements, tile_shape
-from molntk.kernels.so3.state import variance
 from molntk.molecular.derivative_kernels import check_kernel
 from molntk.molecular.pair_sum import atom_counts, pair_sum
 from molntk.molecular.so3 import SO3MolecularKernel

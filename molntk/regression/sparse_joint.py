@@ -34,8 +34,10 @@ of all scored configurations of one size are one batched product.
 
 Cost: O(m³) for K_mm, O(n m r) for B, O(n r²) for the QRs once; per ratio O(r³) for the SVD
 of S_q and O(n_s r²) for the scored rows of Q; per noise scale O(Σ_g n_g² r) over the scored
-configurations (n_s rows). Measured (one thread, loaded 2-core machine) for 1,000 ethanol
-configurations (28,000 rows), m = r = 1,000: see the benchmark ``benchmarks/md_force_field.py``.
+configurations (n_s rows). Measured (one thread, loaded 2-core machine) on random systems of
+1,000 ethanol-sized configurations (28,000 rows) with m = r = 1,000: 20 s once, 5 s per ratio,
+0.19 s per noise scale (2.5 min for the default 13 × 21 grid); in the ethanol fits of
+``benchmarks/md_force_field.py`` K_mm keeps r ≈ 300–400 and the whole solve takes seconds.
 """
 
 from __future__ import annotations

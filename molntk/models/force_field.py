@@ -151,9 +151,9 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
     ``inducing`` (None: the exact model; m: the sparse model), ``inducing_selection``,
     ``inducing_seed``, ``rank_rtol`` (sparse mode, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`).
 
-    Fitted attributes: ``training_elements_``, ``dressed_atom_`` (or None), ``reg_energy_``,
-    ``reg_force_`` (λ_E, λ_F used), ``cv_score_`` (the LOO criterion, or None), ``kernel_`` (the
-    molecular kernel); exact: ``train_molecules_``, ``energy_coef_`` (N,) and ``force_coef_``
+    Fitted attributes: ``sparse_`` (whether the sparse model was fitted), ``training_elements_``,
+    ``dressed_atom_`` (or None), ``reg_energy_``, ``reg_force_`` (λ_E, λ_F used), ``cv_score_``
+    (the LOO criterion, or None), ``kernel_`` (the molecular kernel); exact: ``train_molecules_``, ``energy_coef_`` (N,) and ``force_coef_``
     (3Σn,) (α_E, α_F); sparse: ``inducing_rows_`` (int64 rows into the training environments),
     ``inducing_`` (the inducing environments), ``inducing_weights_`` (w, (m,)), ``n_inducing_``
     and ``rank_`` (K_mm eigenvalues kept).
@@ -219,10 +219,11 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         y = np.concatenate([e - base, f])
         self.kernel_ = kernel = self.recipe().molecular_kernel(self.device)
         is_force, groups = joint_rows(len(molecules), [m.n_atoms for m in molecules])
-        if self.inducing is None:
-            self._fit_exact(kernel, molecules, y, is_force, groups, lam_e, lam_f)
-        else:
+        self.sparse_ = self.inducing is not None
+        if self.sparse_:
             self._fit_sparse(kernel, molecules, y, is_force, groups, lam_e, lam_f)
+        else:
+            self._fit_exact(kernel, molecules, y, is_force, groups, lam_e, lam_f)
         self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
         self.n_features_in_ = 1
         return self
@@ -255,7 +256,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         self.reg_energy_, self.reg_force_, self.cv_score_ = fit.reg_energy, fit.reg_force, fit.cv_score
 
     def _query(self, X: Any, caller: str) -> tuple[list[Molecule], np.ndarray | float]:
-        if not hasattr(self, "reg_energy_"):
+        if not hasattr(self, "sparse_"):
             raise InputError("SO3ForceFieldRegressor", f"{caller} called before fit")
         molecules = as_molecules(X)
         for m in molecules:
@@ -267,7 +268,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         """Energies (n,) of molecules X: E_dressed + Σ α_E Θ − Σ α_Fᵀ ∂Θ/∂r' (exact; one backward
         pass per test molecule), or E_dressed + Σ_j w_j Θ(M, s_j) (sparse)."""
         molecules, base = self._query(X, "predict")
-        if self.inducing is not None:
+        if self.sparse_:
             return base + self.kernel_(molecules, self.inducing_).ntk.cpu().numpy() @ self.inducing_weights_
         out = np.empty(len(molecules))
         for i, m in enumerate(molecules):
@@ -281,7 +282,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         −Σ_j w_j ∂Θ(M, s_j)/∂r, the force rows contracted with w as they are computed
         (:func:`~molntk.molecular.force_rows.force_rows` with ``weights``)."""
         molecules, base = self._query(X, "predict_forces")
-        if self.inducing is not None:
+        if self.sparse_:
             rows = force_rows(self.kernel_, molecules, self.inducing_, weights=self.inducing_weights_)
             splits = np.cumsum([3 * m.n_atoms for m in molecules])[:-1]
             forces = [-g.reshape(-1, 3) for g in np.split(rows.gradient[:, 0], splits)]

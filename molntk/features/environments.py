@@ -240,6 +240,39 @@ def pair_indices(n_atoms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return centre[keep], neighbour[keep]
 
 
+def element_slots(config: FeatureConfig, device: torch.device | str) -> Tensor:
+    """The channel block of each atomic number: slot[Z] = position of Z in ``config.elements``
+    (−1 for other elements), int64 of length MAX_Z + 1 on ``device``."""
+    slots = np.full(MAX_Z + 1, -1, dtype=np.int64)
+    slots[list(config.elements)] = np.arange(len(config.elements))
+    return torch.as_tensor(slots, device=device)
+
+
+def neighbour_pairs(pos: Tensor, centre: np.ndarray, neighbour: np.ndarray, config: FeatureConfig,
+                    dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """The atom pairs (``centre``, ``neighbour``) (indices into the rows of ``pos``, float64
+    (atoms, 3)) that are in each other's environment, r_ab < cutoff (all without a cutoff): their
+    indices as tensors on ``pos``'s device and their vectors r_b − r_a (formed in float64, then
+    cast to ``dtype``)."""
+    centre, neighbour = torch.as_tensor(centre, device=pos.device), torch.as_tensor(neighbour, device=pos.device)
+    vec = (pos[neighbour] - pos[centre]).to(dtype)
+    if config.radial.cutoff is not None:
+        inside = torch.linalg.vector_norm(vec, dim=1) < config.radial.cutoff
+        centre, neighbour, vec = centre[inside], neighbour[inside], vec[inside]
+    return centre, neighbour, vec
+
+
+def pair_terms(vec: Tensor, z_centre: Tensor, z_neighbour: Tensor, config: FeatureConfig, smearing: Tensor) -> Tensor:
+    """The contribution R_k(r_ab, Z_a, Z_b) · s_l Y^l(r̂_ab) of each atom pair (a, b) to the
+    channels (Z_b, k) of environment a: shape (P, K, L²), from the pair vectors r_b − r_a
+    ``vec`` (P, 3), the centre and neighbour atomic numbers (P,) and s_l (``smearing``, (L²,));
+    a differentiable function of ``vec``, each pair's terms of its own vector only."""
+    r = torch.linalg.vector_norm(vec, dim=1)
+    radial = config.radial(r, z_centre.to(vec.dtype), z_neighbour.to(vec.dtype))  # (P, K)
+    sh = o3.spherical_harmonics(list(range(config.band_limit)), vec, normalize=True, normalization="integral")
+    return radial[:, :, None] * (sh * smearing)[:, None, :]
+
+
 #: Atom pairs per step of :func:`environment_features` (its (pairs, K, L²) temporary: 2¹⁹ pairs
 #: × 8 × 16 float64 values = 512 MiB for the default features, whatever the number of molecules).
 PAIR_CHUNK = 2**19
@@ -277,29 +310,19 @@ def environment_features(
     _check_elements(molecules, numbers, n_atoms, config.elements)
 
     n_elem, n_rad, n_coef = len(config.elements), config.n_radial, config.n_coeffs
-    element_slot = np.full(MAX_Z + 1, -1, dtype=np.int64)
-    element_slot[list(config.elements)] = np.arange(n_elem)
-
     if positions is not None and tuple(positions.shape) != (numbers.size, 3):
         raise ValueError(f"positions must have shape ({numbers.size}, 3) for these molecules, got {tuple(positions.shape)}")
     pos = torch.as_tensor(positions if positions is not None else coordinates, dtype=torch.float64, device=device)
     z = torch.as_tensor(numbers, device=device)
     smearing = smearing_vector(config.band_limit, config.smearing_width, dtype=dtype, device=device)
-    slot_of_element = torch.as_tensor(element_slot, device=device)
+    slot_of_element = element_slots(config, device)
     coeffs = torch.zeros(numbers.size * n_elem, n_rad, n_coef, dtype=dtype, device=device)
     all_centres, all_neighbours = pair_indices(n_atoms)
     for start in range(0, all_centres.size, PAIR_CHUNK):  # pairs in order: the same sums, bounded memory
-        centre = torch.as_tensor(all_centres[start : start + PAIR_CHUNK], device=device)
-        neighbour = torch.as_tensor(all_neighbours[start : start + PAIR_CHUNK], device=device)
-        vec = (pos[neighbour] - pos[centre]).to(dtype)
-        r = torch.linalg.vector_norm(vec, dim=1)
-        if config.radial.cutoff is not None:
-            inside = r < config.radial.cutoff
-            centre, neighbour, vec, r = centre[inside], neighbour[inside], vec[inside], r[inside]
-        radial = config.radial(r, z[centre].to(dtype), z[neighbour].to(dtype))  # (P, K)
-        sh = o3.spherical_harmonics(list(range(config.band_limit)), vec, normalize=True, normalization="integral")
+        stop = start + PAIR_CHUNK
+        centre, neighbour, vec = neighbour_pairs(pos, all_centres[start:stop], all_neighbours[start:stop], config, dtype)
         slot = centre * n_elem + slot_of_element[z[neighbour]]
-        coeffs.index_add_(0, slot, radial[:, :, None] * (sh * smearing)[:, None, :])
+        coeffs.index_add_(0, slot, pair_terms(vec, z[centre], z[neighbour], config, smearing))
 
     molecule_index = np.repeat(np.arange(n_atoms.size), n_atoms)
     atom_index = np.arange(numbers.size) - np.repeat(np.cumsum(n_atoms) - n_atoms, n_atoms)

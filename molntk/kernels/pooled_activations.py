@@ -16,8 +16,11 @@ pairs split over ``torch.get_num_threads()`` threads), with the arcsin of
 ``benchmarks/so3_quadrature.py``). On CUDA the same formulas run as one Triton kernel
 (:mod:`molntk.kernels.pooled_activations_triton`: one read of the values instead of about
 ten passes). Other devices, dtypes and activations, and CUDA without Triton, take the
-torch path, and so does every call that autograd records (:func:`~molntk.kernels.activations.recording`:
-gradients with respect to the kernels, e.g. forces), since the fused passes are not differentiable.
+torch path. A call that autograd records (:func:`~molntk.kernels.activations.recording`:
+gradients with respect to the kernels, e.g. forces) runs, for erf and exp on the CPU, the
+unrecorded pass forward and a compiled loop backward
+(:class:`~molntk.kernels.pooled_gradients.FusedPooledDual`); other recorded calls take the
+differentiable torch path.
 
 Results do not depend on how pairs are grouped into calls or threads: each pair's sum is one
 loop over its K values, vectorised in an order fixed by K alone (tested), so blockwise and
@@ -27,7 +30,6 @@ one-shot kernels agree bit for bit.
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import numba
@@ -37,6 +39,7 @@ from torch import Tensor
 
 from molntk.kernels.activations import CLAMP, get_activation, recording
 from molntk.kernels.arcsin import ASIN_COEFFICIENTS
+from molntk.kernels.pooled_gradients import FusedPooledDual, backward_available, run_rows
 
 _G = ASIN_COEFFICIENTS
 _HALF_PI = math.pi / 2
@@ -122,15 +125,6 @@ def _make_rows(row, value):
 
 _ROWS = {"erf": _make_rows(_erf_row, _erf_value), "relu": _make_rows(_relu_row, _relu_value)}
 
-#: Pair-value products below which one thread does the whole call.
-_SPLIT_MIN = 1 << 15
-
-
-@lru_cache(maxsize=None)
-def _pool(threads: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="molntk-pooled-dual")
-
-
 @lru_cache(maxsize=None)
 def triton_available() -> bool:
     """Whether the Triton kernel (:mod:`molntk.kernels.pooled_activations_triton`) can be
@@ -157,6 +151,8 @@ def pooled_dual(
     ``var2`` broadcastable to (..., 1), ``weights`` (K,); results of shape (...) (Θ̄ None
     when ``ntk`` is None). ``ntk`` may be the same tensor as ``nngp``."""
     grad = recording(nngp, ntk, var1, var2)
+    if grad and backward_available(activation, nngp, weights):
+        return _fused_with_gradient(activation, nngp, ntk, var1, var2, weights)
     if grad or not fused_available(activation, nngp):
         f, fdot = get_activation(activation).dual(nngp, var1, var2)
         return f @ weights, None if ntk is None else (fdot * ntk if grad else fdot.mul_(ntk)) @ weights
@@ -170,17 +166,17 @@ def pooled_dual(
     theta = k if theta is None else theta.numpy()
     w = weights.detach().contiguous().numpy()
     out_f, out_t = np.empty(k.shape[0], dtype=np.float64), np.empty(k.shape[0], dtype=np.float64)
-    rows = _ROWS[activation]
-    threads = max(1, min(torch.get_num_threads(), k.shape[0], k.size // _SPLIT_MIN))
-    if threads == 1:
-        rows(k, theta, va, vb, w, out_f, out_t, 0, k.shape[0])
-    else:
-        bounds = np.linspace(0, k.shape[0], threads + 1).astype(int)
-        jobs = [_pool(threads).submit(rows, k, theta, va, vb, w, out_f, out_t, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-        for job in jobs:
-            job.result()
+    run_rows(_ROWS[activation], k.shape[0], k.size, k, theta, va, vb, w, out_f, out_t)
     f = torch.from_numpy(out_f).to(nngp.dtype).reshape(lead)
     return f, None if ntk is None else torch.from_numpy(out_t).to(nngp.dtype).reshape(lead)
+
+
+def _fused_with_gradient(activation: str, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor,
+                         weights: Tensor) -> tuple[Tensor, Tensor | None]:
+    """:func:`pooled_dual` recorded by autograd through :class:`~molntk.kernels.pooled_gradients.FusedPooledDual`
+    (the unrecorded pass forward, a compiled loop backward)."""
+    f, t = FusedPooledDual.apply(pooled_dual, activation, nngp, None if ntk is None or ntk is nngp else ntk, var1, var2, weights)
+    return f, None if ntk is None else t
 
 
 def _as_rows(nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor):

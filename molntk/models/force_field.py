@@ -24,7 +24,8 @@ force components), the LOO residual is r_g = (C_gg)⁻¹ α_g with C = (K + Λ)�
 grouped LOO of the GP mean with fixed λ's; the dressed-atom fit is not redone). The criterion
 is the sum of the two normalised LOO mean squared errors, mean(r_E²)/mean(y_E²) +
 mean(r_F²)/mean(y_F²), minimised over the grid λ_E = ρ · mean(diag K_EE), ρ in
-:data:`SCALE_GRID`, λ_F = q ρ · mean(diag K_FF), q in :data:`RATIO_GRID` (each λ at least
+:data:`~molntk.regression.noise_search.SCALE_GRID`, λ_F = q ρ · mean(diag K_FF), q in
+:data:`~molntk.regression.noise_search.RATIO_GRID` (each λ at least
 ``psd_rtol`` times its mean diagonal; one eigendecomposition per ratio, :func:`select_noise`). Numbers instead
 of "cv" in ``reg_energy`` / ``reg_force`` fix the absolute λ's.
 
@@ -36,6 +37,22 @@ derivative-kernel prediction [−∂Θ/∂r, ∂²Θ/∂r∂r'] α exactly (the 
 Cost: fitting computes the joint kernel, (3n + 2)-pass autograd per molecule pair
 (:mod:`molntk.molecular.derivative_kernels`), N(N+1)/2 pairs, and inverts an (N + 3Σn) matrix
 once per grid point; predicting is 3 passes per (test, training) pair.
+
+Sparse mode (``inducing=m``, GAP-style, for N in the thousands): m inducing environments s_j
+chosen among the training environments (:func:`~molntk.features.inducing.inducing_environments`,
+as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`) and
+
+    E(M) = E_dressed(M) + Σ_j w_j Θ(M, s_j),   F(M) = −Σ_j w_j ∂Θ(M, s_j)/∂r,
+
+w minimising Σ_E (y − K_E w)²/λ_E + Σ_F (y − K_F w)²/λ_F + wᵀ K_mm w with the energy rows
+K_E = Θ(M_i, s_j), the force rows K_F = −∂Θ(M_i, s_j)/∂r_i (both by
+:func:`~molntk.molecular.force_rows.force_rows`, ≈ 4× the cost of the energy rows alone) and
+K_mm = Θ(s_i, s_j); solved through the Nyström features of K_mm's eigendecomposition (cut at
+``rank_rtol``), λ_E and λ_F by the same grouped LOO and grid, in closed form
+(:mod:`molntk.regression.sparse_joint`). Only the N × m and m × m kernels are computed;
+``predict`` needs Θ(M, s_j), ``predict_forces`` one reverse pass through it with w as the
+cotangent (≈ 2.5× the energy). Unlike the exact model, the force–force covariances ∂²Θ/∂r∂r'
+never appear: the model's functions are spanned by Θ(·, s_j) alone.
 """
 
 from __future__ import annotations
@@ -51,22 +68,15 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
-from molntk.features.environments import FeatureConfig
-from molntk.features.radial import radial_basis_from_dict
-from molntk.models.so3_ntk import DEFAULTS, as_molecules, present_elements
+from molntk.features.inducing import environments_as_molecules, inducing_environments
+from molntk.models.so3_ntk import DEFAULTS, RECIPE_PARAMS, SO3NetworkParams, as_molecules, check_inducing, present_elements
 from molntk.models.so3_recipe import SO3ModelRecipe
-from molntk.molecular.derivative_kernels import (
-    derivative_rows,
-    expansion_energy_and_gradient,
-    force_offsets,
-    joint_kernel,
-)
+from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
+from molntk.molecular.force_rows import force_rows
+from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
-
-#: Noise scales ρ of the CV grid: λ_E = ρ · mean diag K_EE (at least psd_rtol).
-SCALE_GRID = np.logspace(-9, 1, 21)
-#: Ratios q of the CV grid: λ_F = q ρ · mean diag K_FF (at least psd_rtol).
-RATIO_GRID = np.logspace(-6, 6, 13)
+from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, grouped_residuals, search_noise
+from molntk.regression.sparse_joint import fit_sparse_joint
 
 
 def joint_rows(n_molecules: int, n_atoms: Sequence[int]) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -86,48 +96,35 @@ def force_offsets_of(n_atoms: Sequence[int]) -> np.ndarray:
 
 def grouped_loo_residuals(inverse: np.ndarray, alpha: np.ndarray, groups: Sequence[np.ndarray]) -> np.ndarray:
     """Leave-one-group-out residuals y_g − ŷ_g^(−g) = (C_gg)⁻¹ α_g of kernel ridge with C = (K + Λ)⁻¹, α = C y."""
-    out = np.empty_like(alpha)
-    for g in groups:
-        out[g] = np.linalg.solve(inverse[np.ix_(g, g)], alpha[g])
-    return out
+    return grouped_residuals(lambda g: inverse[np.ix_(g, g)], alpha, groups)
 
 
 def select_noise(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, groups: Sequence[np.ndarray], floor: float = 0.0,
                  ratios: np.ndarray = RATIO_GRID, scales: np.ndarray = SCALE_GRID) -> tuple[float, float, float]:
     """(λ_E, λ_F, criterion) minimising the normalised grouped-LOO criterion of the module docstring
-    over λ_E = ρ · s_E, λ_F = q ρ · s_F (s_E, s_F the mean diagonals of the energy and force
-    blocks; q in ``ratios``, ρ in ``scales``; pairs with ρ or q ρ below ``floor`` skipped).
+    (:func:`~molntk.regression.noise_search.search_noise`) with s_E, s_F the mean diagonals of
+    the energy and force blocks of K.
 
     One eigendecomposition per ratio: with D = diag(s_E, q s_F) and D^{-1/2} K D^{-1/2} = V S Vᵀ,
     (K + ρ D)⁻¹ = D^{-1/2} V (S + ρ)⁻¹ Vᵀ D^{-1/2}, whose group blocks and α cost O(rows²) per ρ."""
     diag = np.diag(K)
     scale_e, scale_f = float(np.mean(diag[~is_force])), float(np.mean(diag[is_force]))
-    norm_e, norm_f = max(float(np.mean(y[~is_force] ** 2)), 1e-300), max(float(np.mean(y[is_force] ** 2)), 1e-300)
-    best = (np.inf, 0.0, 0.0)
-    for q in ratios:
-        usable = [rho for rho in scales if rho >= floor and q * rho >= floor]
-        if not usable:
-            continue
-        d = np.where(is_force, q * scale_f, scale_e)
-        root = 1.0 / np.sqrt(d)
+
+    def residuals_for(q: float):
+        root = 1.0 / np.sqrt(np.where(is_force, q * scale_f, scale_e))
         s, v = np.linalg.eigh(root[:, None] * K * root[None, :])
         w = root[:, None] * v  # (K + ρ D)⁻¹ = W (S + ρ)⁻¹ Wᵀ
         wy = w.T @ y
-        for rho in usable:
+
+        def residuals_at(rho: float) -> np.ndarray | None:
             shifted = s + rho
             if shifted.min() <= 0:
-                continue
-            alpha = w @ (wy / shifted)
-            res = np.empty_like(alpha)
-            for g in groups:
-                block = (w[g] / shifted) @ w[g].T
-                res[g] = np.linalg.solve(block, alpha[g])
-            score = float(np.mean(res[~is_force] ** 2) / norm_e + np.mean(res[is_force] ** 2) / norm_f)
-            if score < best[0]:
-                best = (score, rho * scale_e, q * rho * scale_f)
-    if not np.isfinite(best[0]):
-        raise InputError("psd_rtol", f"no noise level of the CV grid at or above the floor {floor} gives a positive definite system")
-    return best[1], best[2], best[0]
+                return None
+            return grouped_residuals(lambda g: (w[g] / shifted) @ w[g].T, w @ (wy / shifted), groups)
+
+        return residuals_at
+
+    return search_noise(residuals_for, y, is_force, scale_e, scale_f, floor, ratios, scales)
 
 
 def _reg(value: float | str, name: str) -> float | None:
@@ -142,7 +139,7 @@ def _reg(value: float | str, name: str) -> float | None:
 
 
 @dataclass(eq=False, repr=False)
-class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
+class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
     """Kernel ridge on energies and forces with the SO(3) molecular NTK (module docstring).
 
     Parameters: the recipe's, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`
@@ -150,43 +147,38 @@ class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
     ``elements``, ``grid_band_limit``, ``sampling``, ``mode``, ``pairing``, ``psd_rtol``,
     ``device``, ``block_size``; float64 and ``reduce="sum"`` always); ``residual`` (subtract the
     dressed-atom model); ``reg_energy``, ``reg_force``: "cv" (both chosen together by
-    grouped LOO) or absolute λ_E, λ_F (both must be numbers, or both "cv").
+    grouped LOO) or absolute λ_E, λ_F (both must be numbers, or both "cv"; > 0 in sparse mode);
+    ``inducing`` (None: the exact model; m: the sparse model), ``inducing_selection``,
+    ``inducing_seed``, ``rank_rtol`` (sparse mode, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`).
 
-    Fitted attributes: ``train_molecules_``, ``training_elements_``, ``dressed_atom_`` (or None),
-    ``reg_energy_``, ``reg_force_`` (λ_E, λ_F used), ``cv_score_`` (the LOO criterion, or None),
-    ``energy_coef_`` (N,) and ``force_coef_`` (3Σn,) (α_E, α_F), ``kernel_`` (the molecular kernel).
+    Fitted attributes: ``sparse_`` (whether the sparse model was fitted), ``training_elements_``,
+    ``dressed_atom_`` (or None), ``reg_energy_``, ``reg_force_`` (λ_E, λ_F used), ``cv_score_``
+    (the LOO criterion, or None), ``kernel_`` (the molecular kernel); exact: ``train_molecules_``, ``energy_coef_`` (N,) and ``force_coef_``
+    (3Σn,) (α_E, α_F); sparse: ``inducing_rows_`` (int64 rows into the training environments),
+    ``inducing_`` (the inducing environments), ``inducing_weights_`` (w, (m,)), ``n_inducing_``
+    and ``rank_`` (K_mm eigenvalues kept).
     """
 
-    layers: str = DEFAULTS.layers
-    sigma_w: float = DEFAULTS.sigma_w
-    sigma_b: float = DEFAULTS.sigma_b
-    band_limit: int = DEFAULTS.features.band_limit
-    smearing_width: float | None = DEFAULTS.features.smearing_width
-    radial: dict[str, Any] | None = None
-    elements: Sequence[int] = DEFAULTS.features.elements
-    grid_band_limit: int = DEFAULTS.grid_band_limit
-    sampling: str = DEFAULTS.sampling
-    mode: str = DEFAULTS.mode
-    pairing: str = DEFAULTS.pairing
     residual: bool = True
     reg_energy: float | str = "cv"
     reg_force: float | str = "cv"
     psd_rtol: float = DEFAULTS.psd_rtol
     device: str = "cpu"
     block_size: int = DEFAULTS.block_size
+    inducing: int | None = None
+    inducing_selection: str = "fps"
+    inducing_seed: int = 0
+    rank_rtol: float = DEFAULTS.rank_rtol
 
     def recipe(self) -> SO3ModelRecipe:
         """The model these parameters describe (float64, sum over atom pairs)."""
-        radial = DEFAULTS.features.radial if self.radial is None else radial_basis_from_dict(self.radial)
-        features = FeatureConfig(tuple(self.elements), self.band_limit, self.smearing_width, radial)
-        return SO3ModelRecipe(layers=self.layers, sigma_w=self.sigma_w, sigma_b=self.sigma_b, features=features,
-                              grid_band_limit=self.grid_band_limit, sampling=self.sampling, mode=self.mode,
-                              pairing=self.pairing, reduce="sum", dtype="float64", block_size=self.block_size,
-                              psd_rtol=self.psd_rtol)
+        return SO3ModelRecipe(features=self.feature_config(), reduce="sum", dtype="float64",
+                              **{name: getattr(self, name) for name in RECIPE_PARAMS if name not in ("reduce", "dtype")})
 
     def _check_params(self) -> tuple[float | None, float | None]:
         if self.pairing not in ("element", "shared"):
             raise InputError("pairing", f"must be 'element' or 'shared' for forces, got {self.pairing!r}")
+        check_inducing(self.inducing, self.inducing_selection, self.inducing_seed)
         lam_e, lam_f = _reg(self.reg_energy, "reg_energy"), _reg(self.reg_force, "reg_force")
         if (lam_e is None) != (lam_f is None):
             raise InputError("reg_force" if lam_f is None else "reg_energy",
@@ -226,8 +218,20 @@ class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
         base = self.dressed_atom_.predict(counts) if self.residual else 0.0
         y = np.concatenate([e - base, f])
         self.kernel_ = kernel = self.recipe().molecular_kernel(self.device)
-        K = joint_kernel(kernel, molecules)
         is_force, groups = joint_rows(len(molecules), [m.n_atoms for m in molecules])
+        self.sparse_ = self.inducing is not None
+        if self.sparse_:
+            self._fit_sparse(kernel, molecules, y, is_force, groups, lam_e, lam_f)
+        else:
+            self._fit_exact(kernel, molecules, y, is_force, groups, lam_e, lam_f)
+        self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
+        self.n_features_in_ = 1
+        return self
+
+    def _fit_exact(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray, is_force: np.ndarray,
+                   groups: list[np.ndarray], lam_e: float | None, lam_f: float | None) -> None:
+        """α of the joint kernel (module docstring, exact model)."""
+        K = joint_kernel(kernel, molecules)
         if lam_e is None:
             lam_e, lam_f, self.cv_score_ = select_noise(K, y, is_force, groups, floor=self.psd_rtol)
         else:
@@ -236,12 +240,23 @@ class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
         alpha = solve_joint(K, y, is_force, lam_e, lam_f)
         self.energy_coef_, self.force_coef_ = alpha[: len(molecules)], alpha[len(molecules):]
         self.train_molecules_ = molecules
-        self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
-        self.n_features_in_ = 1
-        return self
+
+    def _fit_sparse(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray, is_force: np.ndarray,
+                    groups: list[np.ndarray], lam_e: float | None, lam_f: float | None) -> None:
+        """Inducing weights w on energy and force rows (module docstring, sparse model)."""
+        feats = kernel.describe(molecules)
+        rows = inducing_environments(feats, int(self.inducing), method=self.inducing_selection, seed=int(self.inducing_seed))
+        self.inducing_rows_ = rows.cpu().numpy().astype(np.int64)
+        self.inducing_ = environments_as_molecules(feats, rows)
+        K_mm = kernel(self.inducing_).ntk.cpu().numpy()
+        rows_e_f = force_rows(kernel, molecules, self.inducing_)
+        fit = fit_sparse_joint(np.vstack([rows_e_f.energy, -rows_e_f.gradient]), K_mm, y, is_force, groups,
+                               reg_energy=lam_e, reg_force=lam_f, floor=self.psd_rtol, rank_rtol=self.rank_rtol)
+        self.inducing_weights_, self.rank_, self.n_inducing_ = fit.weights, fit.rank, len(fit.weights)
+        self.reg_energy_, self.reg_force_, self.cv_score_ = fit.reg_energy, fit.reg_force, fit.cv_score
 
     def _query(self, X: Any, caller: str) -> tuple[list[Molecule], np.ndarray | float]:
-        if not hasattr(self, "energy_coef_"):
+        if not hasattr(self, "sparse_"):
             raise InputError("SO3ForceFieldRegressor", f"{caller} called before fit")
         molecules = as_molecules(X)
         for m in molecules:
@@ -250,8 +265,11 @@ class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
         return molecules, base
 
     def predict(self, X: Any) -> np.ndarray:
-        """Energies (n,) of molecules X: E_dressed + Σ α_E Θ − Σ α_Fᵀ ∂Θ/∂r' (one backward pass per test molecule)."""
+        """Energies (n,) of molecules X: E_dressed + Σ α_E Θ − Σ α_Fᵀ ∂Θ/∂r' (exact; one backward
+        pass per test molecule), or E_dressed + Σ_j w_j Θ(M, s_j) (sparse)."""
         molecules, base = self._query(X, "predict")
+        if self.sparse_:
+            return base + self.kernel_(molecules, self.inducing_).ntk.cpu().numpy() @ self.inducing_weights_
         out = np.empty(len(molecules))
         for i, m in enumerate(molecules):
             rows = derivative_rows(self.kernel_, m, self.train_molecules_, second=False)
@@ -260,8 +278,15 @@ class SO3ForceFieldRegressor(RegressorMixin, BaseEstimator):
 
     def predict_forces(self, X: Any, return_energy: bool = False) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
         """Forces F = −∂E/∂r of the predicted energy, a list of (n_atoms, 3) arrays (energy unit
-        per Å); with ``return_energy`` also the energies (n,) of the same pass."""
+        per Å); with ``return_energy`` also the energies (n,) of the same pass. Sparse model:
+        −Σ_j w_j ∂Θ(M, s_j)/∂r, the force rows contracted with w as they are computed
+        (:func:`~molntk.molecular.force_rows.force_rows` with ``weights``)."""
         molecules, base = self._query(X, "predict_forces")
+        if self.sparse_:
+            rows = force_rows(self.kernel_, molecules, self.inducing_, weights=self.inducing_weights_)
+            splits = np.cumsum([3 * m.n_atoms for m in molecules])[:-1]
+            forces = [-g.reshape(-1, 3) for g in np.split(rows.gradient[:, 0], splits)]
+            return (base + rows.energy[:, 0], forces) if return_energy else forces
         energies, forces = np.empty(len(molecules)), []
         for i, m in enumerate(molecules):
             energies[i], grad = expansion_energy_and_gradient(self.kernel_, m, self.train_molecules_,

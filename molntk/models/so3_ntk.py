@@ -104,6 +104,20 @@ FORMAT_VERSION = 1
 ACCEPTED = "a Molecule, ase.Atoms, SMILES string, molecule file path or torch_geometric Data"
 
 
+def check_inducing(inducing: Any, selection: Any, seed: Any) -> int | None:
+    """The validated number of inducing environments of a sparse model (None: exact model), with
+    its ``inducing_selection`` and ``inducing_seed``; InputError naming the bad parameter."""
+    if inducing is None:
+        return None
+    if isinstance(inducing, bool) or not isinstance(inducing, numbers.Integral) or inducing < 1:
+        raise InputError("inducing", f"must be None or a whole number ≥ 1, got {inducing!r}")
+    if selection not in SELECTIONS:
+        raise InputError("inducing_selection", f"must be one of {SELECTIONS}, got {selection!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise InputError("inducing_seed", f"must be an integer, got {seed!r}")
+    return int(inducing)
+
+
 def _is_pyg(item: Any) -> bool:
     return type(item).__module__.startswith("torch_geometric")
 
@@ -186,7 +200,33 @@ def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any
 
 
 @dataclass(eq=False, repr=False)
-class SO3NTKRegressor(RegressorMixin, BaseEstimator):
+class SO3NetworkParams:
+    """The parameters of the SO(3) model that every SO(3) estimator takes, with the recipe's
+    defaults (:data:`DEFAULTS`): the network (``layers``, ``sigma_w``, ``sigma_b``), the feature
+    maps (``band_limit``, ``smearing_width``, ``radial`` (a radial-basis dict; None: the
+    recipe's), ``elements``) and the kernel engine (``grid_band_limit``, ``sampling``, ``mode``,
+    ``pairing``)."""
+
+    layers: str = DEFAULTS.layers
+    sigma_w: float = DEFAULTS.sigma_w
+    sigma_b: float = DEFAULTS.sigma_b
+    band_limit: int = DEFAULTS.features.band_limit
+    smearing_width: float | None = DEFAULTS.features.smearing_width
+    radial: dict[str, Any] | None = None
+    elements: Sequence[int] = DEFAULTS.features.elements
+    grid_band_limit: int = DEFAULTS.grid_band_limit
+    sampling: str = DEFAULTS.sampling
+    mode: str = DEFAULTS.mode
+    pairing: str = DEFAULTS.pairing
+
+    def feature_config(self) -> FeatureConfig:
+        """The feature maps these parameters describe (``radial=None``: the recipe's radial basis)."""
+        radial = DEFAULTS.features.radial if self.radial is None else radial_basis_from_dict(self.radial)
+        return FeatureConfig(tuple(self.elements), self.band_limit, self.smearing_width, radial)
+
+
+@dataclass(eq=False, repr=False)
+class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
     """Kernel regression with the NTK of an SO(3) group-convolutional network (module docstring).
 
     Parameters: ``layers``, ``sigma_w``, ``sigma_b`` (the network); ``band_limit``,
@@ -222,17 +262,6 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     ``load`` or a parameter change.
     """
 
-    layers: str = DEFAULTS.layers
-    sigma_w: float = DEFAULTS.sigma_w
-    sigma_b: float = DEFAULTS.sigma_b
-    band_limit: int = DEFAULTS.features.band_limit
-    smearing_width: float | None = DEFAULTS.features.smearing_width
-    radial: dict[str, Any] | None = None
-    elements: Sequence[int] = DEFAULTS.features.elements
-    grid_band_limit: int = DEFAULTS.grid_band_limit
-    sampling: str = DEFAULTS.sampling
-    mode: str = DEFAULTS.mode
-    pairing: str = DEFAULTS.pairing
     reduce: str = DEFAULTS.reduce
     residual: bool = True
     reg: float | str = "cv"
@@ -261,9 +290,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
 
     def recipe(self) -> SO3ModelRecipe:
         """The model these parameters describe (``radial=None``: the recipe's radial basis)."""
-        radial = DEFAULTS.features.radial if self.radial is None else radial_basis_from_dict(self.radial)
-        features = FeatureConfig(tuple(self.elements), self.band_limit, self.smearing_width, radial)
-        return SO3ModelRecipe(features=features, **{name: getattr(self, name) for name in RECIPE_PARAMS})
+        return SO3ModelRecipe(features=self.feature_config(), **{name: getattr(self, name) for name in RECIPE_PARAMS})
 
     def _regressor(self, recipe: SO3ModelRecipe) -> KernelRegressor:
         """Kernel ridge with the recipe's λ grid (fast mode: down to psd_rtol · mean(diag K))."""
@@ -271,14 +298,8 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
 
     def _check_sparse(self) -> int | None:
         """The validated number of inducing environments (None: exact model)."""
-        if self.inducing is None:
+        if check_inducing(self.inducing, self.inducing_selection, self.inducing_seed) is None:
             return None
-        if isinstance(self.inducing, bool) or not isinstance(self.inducing, numbers.Integral) or self.inducing < 1:
-            raise InputError("inducing", f"must be None or a whole number ≥ 1, got {self.inducing!r}")
-        if self.inducing_selection not in SELECTIONS:
-            raise InputError("inducing_selection", f"must be one of {SELECTIONS}, got {self.inducing_selection!r}")
-        if isinstance(self.inducing_seed, bool) or not isinstance(self.inducing_seed, numbers.Integral):
-            raise InputError("inducing_seed", f"must be an integer, got {self.inducing_seed!r}")
         if self.cv not in SPARSE_CRITERIA:
             raise InputError("cv", f"must be one of {SPARSE_CRITERIA} for a sparse model (inducing={self.inducing}), got {self.cv!r}")
         if self.pairing == "atom-index":

@@ -86,7 +86,7 @@ class DerivativeRows:
     mixed: np.ndarray | None
 
 
-def _check_kernel(kernel: SO3MolecularKernel) -> None:
+def check_kernel(kernel: SO3MolecularKernel) -> None:
     if not isinstance(kernel, SO3MolecularKernel):
         raise InputError("kernel", f"expected an SO3MolecularKernel, got {type(kernel).__name__}")
     if kernel.pairing == "atom-index":
@@ -160,7 +160,7 @@ def derivative_rows(kernel: SO3MolecularKernel, query: Molecule, references: Seq
     """Θ(M, M'_j) and its position derivatives for one query molecule M against ``references``
     (module docstring); ``second=False`` skips ``d_query`` and ``mixed`` (one backward pass
     instead of 3n + 1: enough for energies predicted from a joint model)."""
-    _check_kernel(kernel)
+    check_kernel(kernel)
     if len(references) == 0:
         raise InputError("references", "no reference molecules")
     parts = [_rows_chunk(kernel, query, [references[j] for j in c], second) for c in _chunks(references, query.n_atoms, budget)]
@@ -184,7 +184,7 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
     ``others`` (None: ``molecules``, a symmetric matrix, each pair computed once as
     Θ(M_i, M_j) with i ≤ j: the fast-mode quadrature is symmetric in its two molecules only to
     its accuracy, ≈ 1e-5 relative on the Lebedev grid of band limit 5)."""
-    _check_kernel(kernel)
+    check_kernel(kernel)
     same = others is None
     others = molecules if same else others
     if len(molecules) == 0:
@@ -220,7 +220,7 @@ def expansion_energy_and_gradient(kernel: SO3MolecularKernel, query: Molecule, r
     a joint energy–force model is such an s (b = −α_F), and its forces −∂s/∂r; cost: one
     forward pass and two backward passes (one of them second-order) per chunk, against 3n + 2
     for the derivative rows."""
-    _check_kernel(kernel)
+    check_kernel(kernel)
     device, cfg = kernel.ctx.device, kernel.features
     a = torch.as_tensor(np.asarray(energy_coef, dtype=np.float64), device=device)
     b = torch.as_tensor(np.asarray(force_coef, dtype=np.float64), device=device)

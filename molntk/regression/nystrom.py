@@ -69,25 +69,45 @@ class NystromFactors:
         return self.Q @ (coeffs / (self.sigma[:, None] ** 2 + reg)) + (Y - self.Q @ coeffs) / reg
 
     def weights(self, coeffs: np.ndarray, reg: float) -> np.ndarray:
-        """W_S = root W diag(σ/(σ² + λ)) C (m, k), C = QᵀY."""
-        return self.root @ (self.Wt.T @ ((self.sigma / (self.sigma**2 + reg))[:, None] * coeffs))
+        """W_S = root W diag(σ/(σ² + λ)) C (m, k), C = QᵀY (:func:`inducing_weights`)."""
+        return inducing_weights(self.root, self.sigma, self.Wt, coeffs, reg)
 
 
-def nystrom_factors(K_nm: object, K_mm: object, rank_rtol: float = RANK_RTOL) -> NystromFactors:
-    """Validate K_nm (n, m), K_mm (m, m) and factor them (module docstring); K_nm is only read.
-    InputError names ``K_mm`` / ``K_nm`` / ``rank_rtol``."""
+def inducing_weights(root: np.ndarray, sigma: np.ndarray, Wt: np.ndarray, coeffs: np.ndarray, reg: float) -> np.ndarray:
+    """W_S = root W diag(σ/(σ² + λ)) C (m, k) from the SVD B = Q diag(σ) Wᵀ of the features and C = QᵀY."""
+    return root @ (Wt.T @ ((sigma / (sigma**2 + reg))[:, None] * coeffs))
+
+
+@dataclass(frozen=True, eq=False)
+class InducingRoot:
+    """root = U_r diag(s_r^{-1/2}) (m, r) of K_mm, the number of eigenvalues dropped and the
+    smallest raw eigenvalue."""
+
+    root: np.ndarray
+    n_dropped: int
+    min_raw: float
+
+
+def inducing_root(K_mm: object, rank_rtol: float = RANK_RTOL) -> InducingRoot:
+    """Validate and factor K_mm (module docstring). InputError names ``K_mm`` / ``rank_rtol``."""
     rank_rtol = validation.positive(rank_rtol, "rank_rtol")
     K_mm = validation.symmetric_kernel(K_mm, "K_mm")
-    m = K_mm.shape[0]
-    K_nm = validation.matrix(K_nm, "K_nm")
-    if K_nm.shape[1] != m or K_nm.shape[0] == 0:
-        raise InputError("K_nm", f"must be (n, {m}) with n ≥ 1 (one column per inducing point), got shape {K_nm.shape}")
     s, U = np.linalg.eigh(K_mm)
     if s[-1] <= 0:
         raise InputError(
             "K_mm", f"has no positive eigenvalue (largest {s[-1]:.3g}): the inducing points carry no kernel"
         )
     keep = s > rank_rtol * float(s[-1])
-    root = U[:, keep] / np.sqrt(s[keep])
-    Q, sigma, Wt = np.linalg.svd(K_nm @ root, full_matrices=False)
-    return NystromFactors(root, Q, sigma, Wt, n_dropped=int(m - keep.sum()), min_raw=float(s[0]))
+    return InducingRoot(U[:, keep] / np.sqrt(s[keep]), int(K_mm.shape[0] - keep.sum()), float(s[0]))
+
+
+def nystrom_factors(K_nm: object, K_mm: object, rank_rtol: float = RANK_RTOL) -> NystromFactors:
+    """Validate K_nm (n, m), K_mm (m, m) and factor them (module docstring); K_nm is only read.
+    InputError names ``K_mm`` / ``K_nm`` / ``rank_rtol``."""
+    root = inducing_root(K_mm, rank_rtol)
+    m = root.root.shape[0]
+    K_nm = validation.matrix(K_nm, "K_nm")
+    if K_nm.shape[1] != m or K_nm.shape[0] == 0:
+        raise InputError("K_nm", f"must be (n, {m}) with n ≥ 1 (one column per inducing point), got shape {K_nm.shape}")
+    Q, sigma, Wt = np.linalg.svd(K_nm @ root.root, full_matrices=False)
+    return NystromFactors(root.root, Q, sigma, Wt, n_dropped=root.n_dropped, min_raw=root.min_raw)

@@ -157,10 +157,10 @@ def test_network_fuses_nonlinearity_and_pool_and_matches_layer_by_layer(activati
 
 
 @pytest.mark.parametrize("activation", ["erf", "relu"])
-def test_recorded_calls_take_the_differentiable_torch_path(activation):
-    """With inputs that autograd records, pooled_dual leaves the (detached) fused pass for the
-    torch formulas: the same values (to the fused arcsin's few ulp), and gradients that pass
-    gradcheck."""
+def test_recorded_calls_are_differentiable(activation):
+    """With inputs that autograd records, pooled_dual gives the same values (to the fused
+    arcsin's few ulp) and gradients that pass gradcheck: erf through the compiled backward
+    (tests/kernels/test_pooled_gradients.py), ReLU through the torch formulas."""
     gen = torch.Generator().manual_seed(1)
     k = ((torch.rand(6, 7, generator=gen, dtype=torch.float64) - 0.5) * 0.8).requires_grad_(True)
     theta = torch.rand(6, 7, generator=gen, dtype=torch.float64).requires_grad_(True)

@@ -8,15 +8,11 @@ coarse a grid is accurate to a few per cent only).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 from threadpoolctl import threadpool_limits
 
-from molntk.data.labelled import read_labelled
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.models.force_field import SO3ForceFieldRegressor, grouped_loo_residuals, joint_rows, select_noise
@@ -25,22 +21,8 @@ from molntk.molecular.derivative_kernels import derivative_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread", "one_blas_thread")
 
-SAMPLE = Path(__file__).resolve().parents[2] / "data" / "md" / "ethanol_sample.extxyz"
 PARAMS = dict(elements=(1, 6, 8), grid_band_limit=2, psd_rtol=1e-4,
               radial={"kind": "gaussian", "n": 4, "r_min": 0.5, "r_cut": 3.0})
-
-
-@pytest.fixture
-def one_blas_thread() -> Iterator[None]:
-    """One BLAS thread: the (N + 3Σn) matrices are small and the cores are shared."""
-    with threadpool_limits(1):
-        yield
-
-
-@pytest.fixture(scope="module")
-def sample():
-    data = read_labelled(SAMPLE, "energy", forces=True)
-    return data.molecules, np.asarray(data.targets["energy"]), data.forces
 
 
 @pytest.fixture(scope="module")

@@ -67,6 +67,33 @@ class Lift:
         flat = moments.view(-1, moments.shape[-1])
         return self._synthesise(flat, x1.shape[1], ctx).view(x1.shape[0], x2.shape[0], -1)
 
+    def cross_gradients(self, grad: Tensor, x2: Tensor, ctx: Discretisation, channels: int, *, summed: bool = False) -> Tensor:
+        """Per-pair gradients of the cross kernel with respect to the first input, given the
+        cotangents ``grad`` (n1, n2, K+1) of K(u) of each pair (i, j):
+
+            G[j, i, (l, m), c] = Σ_{m'} ∂M^l_{ij,mm'} x2[j, c, (l, m')],   ∂M = σ_w²/C · grad · D(u)
+
+        (the synthesis transposed, one GEMM, then the moments' bilinear form: one batched GEMM
+        per l over the pairs of each j), shape (n2, n1, L², C) for inputs with ``channels`` = C
+        channels: reference-major and channel-last, the layout of its contraction. ``summed``:
+        Σ_j G[j] instead, (1, n1, L², C), one GEMM per l over (j, m')."""
+        n1, n2, size = grad.shape
+        table = ctx.measure.table(self.band_limit, ctx.dtype, ctx.device)  # (K+1, L3)
+        moments = (table.T * (self.sigma_w**2 / channels)) @ grad.reshape(-1, size).T  # (L3, n1·n2): the faster GEMM layout
+        moments = moments.view(-1, n1, n2).permute(2, 1, 0)  # (n2, n1, L3)
+        out = grad.new_empty(1 if summed else n2, n1, self.band_limit**2, x2.shape[1])
+        start = 0
+        for s in coeff_slices(self.band_limit):
+            width = s.stop - s.start
+            block = moments[..., start : start + width * width].unflatten(-1, (width, width))  # (j, i, m, m')
+            if summed:  # (i m, j m') @ (j m', c)
+                part = block.permute(1, 2, 0, 3).reshape(n1 * width, n2 * width) @ x2[..., s].transpose(1, 2).reshape(n2 * width, -1)
+            else:
+                part = torch.bmm(block.reshape(n2, n1 * width, width), x2[..., s].transpose(1, 2))
+            out[:, :, s].copy_(part.view(-1, n1, width, x2.shape[1]))
+            start += width * width
+        return out
+
     def self_kernel(self, x: Tensor, ctx: Discretisation) -> Tensor:
         """ψ^{ff}(u) of every input: (n, K+1)."""
         _check_band(x, self.band_limit)

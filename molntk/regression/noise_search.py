@@ -1,0 +1,66 @@
+"""Two noise levels (energy rows, force rows) chosen by grouped leave-one-out, the search shared
+by the exact and the sparse energy–force models.
+
+Observations y are of two kinds (``is_force``), grouped by configuration (its energy and its 3n
+force components). A model with noise variances λ_E on energy rows and λ_F on force rows is
+scored by the sum of the two normalised grouped-LOO mean squared errors,
+
+    mean(r_E²) / mean(y_E²) + mean(r_F²) / mean(y_F²),
+
+r the residuals of each group predicted by the model fitted without it, over the grid
+λ_E = ρ s_E, λ_F = q ρ s_F (ρ in :data:`SCALE_GRID`, q in :data:`RATIO_GRID`; s_E, s_F the
+mean prior variances of the two kinds of rows; pairs with ρ or q ρ below a floor skipped).
+The model supplies, per ratio q (one factorisation each), the LOO residuals at each ρ.
+
+For a Gaussian model with C = (K + Λ)⁻¹ and α = C y, the residuals of group g are
+r_g = (C_gg)⁻¹ α_g (:func:`grouped_residuals`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from molntk.errors import InputError
+
+#: Noise scales ρ of the CV grid: λ_E = ρ s_E.
+SCALE_GRID = np.logspace(-9, 1, 21)
+#: Ratios q of the CV grid: λ_F = q ρ s_F.
+RATIO_GRID = np.logspace(-6, 6, 13)
+
+#: Per ratio q, the LOO residuals at noise scale ρ (None where the system is not positive definite).
+ResidualsAt = Callable[[float], "np.ndarray | None"]
+
+
+def grouped_residuals(block: Callable[[np.ndarray], np.ndarray], alpha: np.ndarray, groups: Sequence[np.ndarray]) -> np.ndarray:
+    """Leave-one-group-out residuals r_g = (C_gg)⁻¹ α_g, ``block(g)`` giving C_gg."""
+    out = np.empty_like(alpha)
+    for g in groups:
+        out[g] = np.linalg.solve(block(g), alpha[g])
+    return out
+
+
+def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, is_force: np.ndarray, scale_e: float,
+                 scale_f: float, floor: float = 0.0, ratios: np.ndarray = RATIO_GRID,
+                 scales: np.ndarray = SCALE_GRID) -> tuple[float, float, float]:
+    """(λ_E, λ_F, criterion) minimising the module docstring's criterion; ``residuals_for(q)``
+    factorises the model for ratio q and returns its residuals at each ρ. InputError (naming
+    ``psd_rtol``) when no grid point gives a positive definite system."""
+    norm_e, norm_f = max(float(np.mean(y[~is_force] ** 2)), 1e-300), max(float(np.mean(y[is_force] ** 2)), 1e-300)
+    best = (np.inf, 0.0, 0.0)
+    for q in ratios:
+        usable = [rho for rho in scales if rho >= floor and q * rho >= floor]
+        if not usable:
+            continue
+        residuals_at = residuals_for(float(q))
+        for rho in usable:
+            res = residuals_at(float(rho))
+            if res is None:
+                continue
+            score = float(np.mean(res[~is_force] ** 2) / norm_e + np.mean(res[is_force] ** 2) / norm_f)
+            if score < best[0]:
+                best = (score, rho * scale_e, q * rho * scale_f)
+    if not np.isfinite(best[0]):
+        raise InputError("psd_rtol", f"no noise level of the CV grid at or above the floor {floor} gives a positive definite system")
+    return best[1], best[2], best[0]

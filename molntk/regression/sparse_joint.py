@@ -1,0 +1,185 @@
+"""Sparse (projected-process, GAP-style) regression on energy and force rows with a noise
+level each, and its grouped leave-one-out.
+
+Observations y (n,) of two kinds (``is_force``: energy rows, force rows), grouped by
+configuration, with kernel rows K_nm (n, m) against m inducing points whose kernel is K_mm;
+the model y ≈ K_nm w with
+
+    w = argmin  Σ_i (y_i − K_i w)² / λ_{kind(i)} + wᵀ K_mm w,
+
+the posterior mean of a GP whose prior is restricted to the span of the inducing points
+(noise λ_E on energy rows, λ_F on force rows).
+
+Solve (stable, no normal equations): K_mm = U diag(s) Uᵀ with the eigenvalues ≤
+``rank_rtol`` · s_max dropped, root R = U_r s_r^{-1/2} (:func:`~molntk.regression.nystrom.inducing_root`);
+w = R v turns the prior into ‖v‖² and the rows into the Nyström features B = K_nm R. With
+λ = ρ d (d = s_E on energy rows, q s_F on force rows) and the scaled rows B̃ = D^{-1/2} B,
+ỹ = D^{-1/2} y, v is kernel ridge with noise ρ on B̃: thin SVD B̃ = Q diag(σ) Wᵀ and
+w = R W diag(σ/(σ² + ρ)) Qᵀ ỹ (:func:`~molntk.regression.nystrom.inducing_weights`). The SVD
+for each ratio q comes from QR factorisations of the energy block and the force block of B,
+computed once: B_E = Q_E R_E, B_F = Q_F R_F, B̃ = diag(Q_E, Q_F) S_q with
+S_q = [R_E/√d_E; R_F/√d_F] (at most 2r × r), S_q = U diag(σ) Wᵀ, Q = diag(Q_E, Q_F) U, and
+Qᵀ ỹ = Uᵀ [Q_Eᵀ y_E/√d_E; Q_Fᵀ y_F/√d_F] with Q_Eᵀ y_E, Q_Fᵀ y_F computed once: Q itself is
+needed only for the rows that the LOO scores.
+
+Grouped LOO: with the inducing points (and s_E, s_F) held fixed, the fit is ridge regression
+with fixed features, hat matrix H = Q diag(h) Qᵀ, h = σ²/(σ² + ρ), and leaving out the rows g of
+one configuration gives the residuals D_g^{1/2} (I − H_gg)⁻¹ (ỹ − H ỹ)_g (the (C_gg)⁻¹ α_g of
+:mod:`~molntk.regression.noise_search` for C = (B̃B̃ᵀ + ρ)⁻¹ = (I − H)/ρ, scaled). λ_E and λ_F
+are chosen by :func:`~molntk.regression.noise_search.search_noise` with s_E, s_F the mean
+diagonals of the Nyström kernel B Bᵀ on energy and on force rows, scoring at most
+:data:`LOO_GROUPS` configurations (a seeded sample of them beyond). Rows are reordered by
+configuration, the scored ones first, those of equal size next to each other, so that the H_gg
+of all scored configurations of one size are one batched product.
+
+Cost: O(m³) for K_mm, O(n m r) for B, O(n r²) for the QRs once; per ratio O(r³) for the SVD
+of S_q and O(n_s r²) for the scored rows of Q; per noise scale O(Σ_g n_g² r) over the scored
+configurations (n_s rows). Measured (one thread, loaded 2-core machine) on random systems of
+1,000 ethanol-sized configurations (28,000 rows) with m = r = 1,000: 20 s once, 5 s per ratio,
+0.19 s per noise scale (2.5 min for the default 13 × 21 grid); in the ethanol fits of
+``benchmarks/md_force_field.py`` K_mm keeps r ≈ 300–400 and the whole solve takes seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from molntk.errors import InputError
+from molntk.regression import validation
+from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, ResidualsAt, search_noise
+from molntk.regression.nystrom import RANK_RTOL, InducingRoot, inducing_root, inducing_weights
+
+#: Configurations per batched product of the grouped LOO (bounds its (groups, n_g, r) temporary).
+GROUP_CHUNK = 256
+#: Configurations whose LOO residuals score a noise level: all when there are at most this
+#: many, else a seeded random sample of this many (each still left out exactly); the cost per
+#: ratio and noise scale grows with them, not with the training set.
+LOO_GROUPS = 500
+
+
+@dataclass(frozen=True)
+class SparseJointFit:
+    """``weights`` w (m,), the noise levels used, the LOO criterion (None for fixed λ's), the
+    rank r kept of K_mm and the number of its eigenvalues dropped."""
+
+    weights: np.ndarray
+    reg_energy: float
+    reg_force: float
+    cv_score: float | None
+    rank: int
+    n_dropped: int
+
+
+@dataclass(frozen=True)
+class _System:
+    """The system with rows in configuration order, the scored configurations first (each block
+    by ascending size): y, the force-row mask, the sizes of the scored configurations, the root
+    of K_mm, the QR factors (Q, R) of the energy and force blocks of B = K_nm R (in row order
+    within each kind), Q_Eᵀ y_E and Q_Fᵀ y_F, and the mean diagonals s_E, s_F of B Bᵀ."""
+
+    y: np.ndarray
+    is_force: np.ndarray
+    scored_sizes: np.ndarray
+    root: InducingRoot
+    energy: tuple[np.ndarray, np.ndarray]
+    force: tuple[np.ndarray, np.ndarray]
+    projected: tuple[np.ndarray, np.ndarray]
+    scale_e: float
+    scale_f: float
+
+    @property
+    def n_scored(self) -> int:
+        return int(self.scored_sizes.sum())
+
+    def svd(self, d_e: float, d_f: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(U, σ, Wᵀ, C) of D^{-1/2} B = diag(Q_E, Q_F) U diag(σ) Wᵀ (module docstring), D = d_E on
+        energy rows, d_F on force rows, and C = Qᵀ D^{-1/2} y = Uᵀ [Q_Eᵀ y_E/√d_E; Q_Fᵀ y_F/√d_F]."""
+        (_, r_e), (_, r_f) = self.energy, self.force
+        u, sigma, wt = np.linalg.svd(np.vstack([r_e / np.sqrt(d_e), r_f / np.sqrt(d_f)]), full_matrices=False)
+        (p_e, p_f) = self.projected
+        return u, sigma, wt, u.T @ np.concatenate([p_e / np.sqrt(d_e), p_f / np.sqrt(d_f)])
+
+    def residuals_for(self, q: float) -> ResidualsAt:
+        """The grouped-LOO residuals of the scored rows at each ρ for the ratio q (module docstring)."""
+        d_e, d_f = self.scale_e, q * self.scale_f
+        u, sigma, _, coeffs = self.svd(d_e, d_f)
+        rows = slice(0, self.n_scored)
+        is_force = self.is_force[rows]
+        Q = np.empty((self.n_scored, sigma.size))  # the scored rows of Q = diag(Q_E, Q_F) U
+        k_e = self.energy[1].shape[0]
+        Q[~is_force] = self.energy[0][: int((~is_force).sum())] @ u[:k_e]
+        Q[is_force] = self.force[0][: int(is_force.sum())] @ u[k_e:]
+        root_d = np.sqrt(np.where(is_force, d_f, d_e))
+        y = self.y[rows] / root_d
+
+        def residuals_at(rho: float) -> np.ndarray:
+            h = sigma**2 / (sigma**2 + rho)
+            return root_d * _grouped_solve(Q, h, y - Q @ (h * coeffs), self.scored_sizes)
+
+        return residuals_at
+
+def _grouped_solve(Q: np.ndarray, h: np.ndarray, e: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """(I − H_gg)⁻¹ e_g for every configuration g, H = Q diag(h) Qᵀ, rows in configuration order
+    (``sizes`` ascending): the configurations of one size as batched products."""
+    out, start = np.empty_like(e), 0
+    sizes_present, counts = np.unique(sizes, return_counts=True)
+    for size, count in zip(sizes_present, counts):
+        for first in range(0, count, GROUP_CHUNK):
+            n = min(GROUP_CHUNK, count - first)
+            rows = slice(start, start + n * size)
+            q = Q[rows].reshape(n, size, -1)
+            block = np.eye(size) - (q * h) @ q.transpose(0, 2, 1)
+            out[rows] = np.linalg.solve(block, e[rows].reshape(n, size, 1)).reshape(-1)
+            start += n * size
+    return out
+
+
+def _system(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray],
+            rank_rtol: float, seed: int) -> _System:
+    """Validate and order the system (module docstring, :data:`LOO_GROUPS`) and factor it once."""
+    root = inducing_root(K_mm, rank_rtol)
+    y = validation.vector(y, "y", length=len(is_force))
+    K_nm = validation.matrix(K_nm, "K_nm", rows=len(is_force))
+    if K_nm.shape[1] != root.root.shape[0]:
+        raise InputError("K_nm", f"must have {root.root.shape[0]} columns (one per inducing point), got shape {K_nm.shape}")
+    if is_force.all() or not is_force.any():
+        raise InputError("y", "needs both energy and force rows")
+    if not np.array_equal(np.sort(np.concatenate(groups)), np.arange(len(is_force))):
+        raise InputError("groups", "must partition the rows")
+    scored = np.zeros(len(groups), dtype=bool)
+    scored[np.random.default_rng(seed).permutation(len(groups))[:LOO_GROUPS]] = True
+    by_size = lambda picked: sorted((g for g, keep in zip(groups, scored) if keep == picked), key=len)  # noqa: E731
+    first, rest = by_size(True), by_size(False)
+    order = np.concatenate(first + rest)
+    y, is_force = y[order], is_force[order]
+    B = K_nm[order] @ root.root
+    energy, force = (scipy.linalg.qr(B[kind], mode="economic", check_finite=False) for kind in (~is_force, is_force))
+    projected = (energy[0].T @ y[~is_force], force[0].T @ y[is_force])
+    scales = [float(np.mean(np.sum(B[kind] ** 2, axis=1))) for kind in (~is_force, is_force)]
+    return _System(y, is_force, np.array([len(g) for g in first]), root, energy, force, projected, *scales)
+
+
+def fit_sparse_joint(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray], *,
+                     reg_energy: float | None = None, reg_force: float | None = None, floor: float = 0.0,
+                     rank_rtol: float = RANK_RTOL, ratios: np.ndarray = RATIO_GRID,
+                     scales: np.ndarray = SCALE_GRID, seed: int = 0) -> SparseJointFit:
+    """The inducing weights w of the module docstring for rows K_nm (n, m) against inducing points
+    with kernel K_mm, targets y (n,), the force-row mask and the configurations' row groups
+    (a partition of the rows); λ_E = ``reg_energy``, λ_F = ``reg_force`` (both > 0), or both None:
+    chosen by grouped LOO over the grid (λ's below ``floor`` times their mean diagonal skipped;
+    ``seed`` draws the scored configurations when there are more than :data:`LOO_GROUPS`)."""
+    system = _system(K_nm, K_mm, y, np.asarray(is_force, dtype=bool), groups, rank_rtol, seed)
+    score = None
+    if reg_energy is None or reg_force is None:
+        scored = slice(0, system.n_scored)
+        reg_energy, reg_force, score = search_noise(system.residuals_for, system.y[scored], system.is_force[scored],
+                                                    system.scale_e, system.scale_f, floor, ratios, scales)
+    elif reg_energy <= 0 or reg_force <= 0:
+        raise InputError("reg_energy" if reg_energy <= 0 else "reg_force", "must be > 0 for the sparse model")
+    _, sigma, wt, coeffs = system.svd(reg_energy, reg_force)
+    weights = inducing_weights(system.root.root, sigma, wt, coeffs[:, None], 1.0)[:, 0]
+    return SparseJointFit(weights, float(reg_energy), float(reg_force), score, system.root.root.shape[1], system.root.n_dropped)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from molntk.kernels.activations import get_activation
-from molntk.kernels.pooled_activations import asin_poly, fused_available, pooled_dual
+from molntk.kernels.pooled_activations import FusedPooledDual, asin_poly, fused_available, pooled_dual
 from molntk.kernels.so3 import Dense, GroupConv, Lift, Nonlinearity, Pool, SO3Grid, serial
 from molntk.kernels.so3.state import InputPair
 from tests.helpers.so3 import random_coefficients
@@ -157,10 +157,11 @@ def test_network_fuses_nonlinearity_and_pool_and_matches_layer_by_layer(activati
 
 
 @pytest.mark.parametrize("activation", ["erf", "relu"])
-def test_recorded_calls_take_the_differentiable_torch_path(activation):
-    """With inputs that autograd records, pooled_dual leaves the (detached) fused pass for the
-    torch formulas: the same values (to the fused arcsin's few ulp), and gradients that pass
-    gradcheck."""
+def test_recorded_calls_are_differentiable(activation):
+    """With inputs that autograd records, pooled_dual gives the values of the detached fused
+    pass (to the fused arcsin's few ulp) and gradients that pass gradcheck: the compiled
+    backward for erf (FusedPooledDual), the torch formulas for ReLU; second derivatives
+    (a recorded backward) pass gradgradcheck."""
     gen = torch.Generator().manual_seed(1)
     k = ((torch.rand(6, 7, generator=gen, dtype=torch.float64) - 0.5) * 0.8).requires_grad_(True)
     theta = torch.rand(6, 7, generator=gen, dtype=torch.float64).requires_grad_(True)
@@ -173,3 +174,36 @@ def test_recorded_calls_take_the_differentiable_torch_path(activation):
     for a, b in zip(fused, recorded):
         torch.testing.assert_close(b.detach(), a, rtol=1e-14, atol=0)
     assert torch.autograd.gradcheck(lambda *x: pooled_dual(activation, *x, w), (k, theta, var1, var2))
+    assert torch.autograd.gradgradcheck(lambda *x: pooled_dual(activation, *x, w), (k, theta, var1, var2))
+
+
+@pytest.mark.parametrize("tangent", ["same", "separate"])
+def test_compiled_backward_equals_torch_gradients(tangent, monkeypatch):
+    """erf's compiled backward (FusedPooledDual) against autograd through the torch formulas:
+    gradients of Σ (a F̄ + b Θ̄) with respect to K, Θ and both variances (broadcast (n1, 1, 1)
+    and (1, n2, 1), summed back) agree to rounding, also where ρ is clamped (K at and beyond
+    the edge ±√d / 2, where both give no gradient through ρ)."""
+    nngp, theta, v1, v2, w = _inputs((5, 6, 97), seed=7)
+    d = (1 + 2 * v1) * (1 + 2 * v2)
+    nngp[0, :, :3] = torch.tensor([1.0, -1.0, 1.5]) * d[0].sqrt() / 2  # ρ = ±1, beyond: clamped
+    a, b = torch.rand(5, 6, dtype=torch.float64), torch.rand(5, 6, dtype=torch.float64)
+
+    def gradients(fn):
+        inputs = [t.clone().requires_grad_(True) for t in (nngp, theta, v1, v2)]
+        k, th, va, vb = inputs
+        f, t = fn(k, k if tangent == "same" else th, va, vb)
+        ((a * f).sum() + (b * t).sum()).backward()
+        return [x.grad for x in inputs if x.grad is not None]
+
+    fused = gradients(lambda *x: pooled_dual("erf", *x, w))
+    torch_path = gradients(lambda k, th, va, vb: tuple(t @ w for t in _torch_terms("erf", k, th, va, vb)))
+    assert len(fused) == len(torch_path) == (3 if tangent == "same" else 4)
+    for got, want in zip(fused, torch_path):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14 * float(want.abs().max()))
+    if tangent == "separate":  # no gradient through a clamped ρ
+        assert torch.equal(fused[0][0, :, :3], torch.zeros(6, 3, dtype=torch.float64))
+    calls = []
+    monkeypatch.setattr(FusedPooledDual, "backward", staticmethod(lambda ctx, *g: calls.append(1) or (None,) * 6))
+    gradients(lambda *x: pooled_dual("erf", *x, w))
+    assert calls  # the compiled backward ran, not the torch formulas

@@ -258,7 +258,7 @@ class FusedPooledDual(torch.autograd.Function):
         nngp, ntk, var1, var2, weights = ctx.saved_tensors
         if torch.is_grad_enabled():
             return (None, *_recorded_backward(ctx.activation, nngp, None if ctx.same else ntk, var1, var2, weights, grad_f, grad_t), None)
-        lead, k, theta, va, vb = _as_rows(nngp, ntk, var1, var2)
+        lead, k, theta, va, vb = _as_rows(nngp, None if ctx.same else ntk, var1, var2)
         k_np = k.numpy()
         theta_np = k_np if theta is None else theta.numpy()
         out_k, out_t = np.empty_like(k_np), (np.empty((0, 0), dtype=k_np.dtype) if ctx.same else np.empty_like(k_np))

@@ -25,8 +25,9 @@ Per molecule and variant: the RMSD to the DFT (QM9) geometry after optimal super
 centred coordinates) after relaxation (and once, before), BFGS steps, whether it converged,
 the model's energy error E_model − E_DFT(DFT geometry) at the DFT, the rattled and the relaxed
 geometry, wall and CPU seconds. A relaxation that fails (e.g. atoms pushed together) is
-reported with its error and the run goes on. Per variant: the fraction whose RMSD decreased
-(the issue's target: ≥ 90 %), median RMSDs, steps and errors, and the test MAE of U0 at the
+reported with its error and the run goes on. Per variant: the fraction of the molecules it was
+given whose RMSD decreased (a failed relaxation counts as not decreased; the issue's target:
+≥ 90 %), median RMSDs, steps and errors over the relaxed ones, and the test MAE of U0 at the
 DFT geometries of the first ``--n-mae`` test molecules (the accuracy a user gets from the
 model). ``--minutes`` stops starting new molecules after that much CPU time of relaxation
 (this process's; on shared cores wall time overstates the cost), so that all variants relax
@@ -159,8 +160,10 @@ def relax(variant: Variant, mol: Molecule, rattled: np.ndarray, energy_dft: floa
 
 
 def summarise(name: str, rows: list[dict], failures: list[dict], variant: Variant) -> dict:
-    """Fractions and medians over the molecules one variant relaxed."""
+    """The fraction of the molecules given (relaxed or failed) whose RMSD decreased; fractions
+    and medians over the molecules one variant relaxed."""
     done = [(r["rmsd_before"], r["variants"][name]) for r in rows if name in r["variants"]]
+    failed = sum(f["variant"] == name for f in failures)
     before = np.array([b for b, _ in done])
     after = np.array([v["rmsd_after"] for _, v in done])
 
@@ -170,8 +173,8 @@ def summarise(name: str, rows: list[dict], failures: list[dict], variant: Varian
 
     return {
         "molecules_relaxed": len(done),
-        "molecules_failed": sum(f["variant"] == name for f in failures),
-        "fraction_rmsd_decreased": float(np.mean(after < before)) if len(done) else float("nan"),
+        "molecules_failed": failed,
+        "fraction_rmsd_decreased": float(np.sum(after < before) / (len(done) + failed)) if done or failed else float("nan"),
         "median_rmsd_before": float(np.median(before)) if len(done) else float("nan"),
         "median_rmsd_after": float(np.median(after)) if len(done) else float("nan"),
         "median_steps": median("steps"),

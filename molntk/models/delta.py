@@ -6,8 +6,9 @@ A model with a baseline B (``SO3NTKRegressor(baseline=...)``) predicts
 
 its dressed-atom and kernel parts fitted to y − E_B at the training geometries (Δ-learning:
 Ramakrishnan, Dral, Rupp & von Lilienfeld, J. Chem. Theory Comput. 11, 2087 (2015), on QM9).
-The baseline's free-atom reference energies need no care: whatever they are, they add a
-constant per atom of each element, which the dressed-atom term absorbs.
+The baseline's free-atom reference energies need no care: whatever they are (and whether y is
+a total or an atomization energy), they add a constant per atom of each element, which the
+dressed-atom term absorbs (``residual=True``, the estimator's default).
 
 Baselines (:data:`BASELINES`):
 
@@ -16,8 +17,9 @@ Baselines (:data:`BASELINES`):
   with Σ_a Z_a mod 2 unpaired electrons, the SCF converged at tblite's accuracy
   :data:`~molntk.data.md.XTB_ACCURACY` (as the project's MD data), from a fresh start at every
   geometry, so that a result depends on the geometry alone (not on the geometry before).
-  Its forces agree with central differences of its energy to ≈ 5e-6 relative (measured on a
-  QM9 molecule, h = 1e-4 Å): the SCF's convergence, not a missing term.
+  Its forces agree with central differences of its energy to ≈ 5e-6 of max |F| (measured on a
+  QM9 molecule at its DFT geometry, |F| ≈ 0.6 eV/Å, h = 1e-4 Å): the SCF's convergence, not a
+  missing term.
 
 tblite's Hartree and Hartree/bohr are converted with ``ase.units`` into the model's energy
 unit u (:data:`~molntk.models.calculator.EV_PER_UNIT`): E[u] = E[Eh] · Hartree / eV_per(u).

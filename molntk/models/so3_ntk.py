@@ -332,7 +332,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
     # -- scikit-learn interface ----------------------------------------------------------
 
     def fit(self, X: Any, y: Any, *, target: str | None = None, unit: str | None = None,
-            provenance: dict[str, Any] | None = None, baseline_energies: Any = None) -> SO3NTKRegressor:
+            provenance: dict[str, Any] | None = None, baseline_energies: np.ndarray | None = None) -> SO3NTKRegressor:
         """Fit on molecules X and targets y ((n,) or (n, k)). ``target`` (its name), ``unit``
         and ``provenance`` (JSON-ready facts about the training set) are kept with the model
         (:meth:`describe_training`). With a ``baseline`` the model learns y − E_B(X)
@@ -368,7 +368,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def fit_kernels(self, X: Any, y: Any, ntk: np.ndarray, *, target: str | None = None, unit: str | None = None,
-                    provenance: dict[str, Any] | None = None, baseline_energies: Any = None) -> SO3NTKRegressor:
+                    provenance: dict[str, Any] | None = None, baseline_energies: np.ndarray | None = None) -> SO3NTKRegressor:
         """The exact model's ``fit`` on a training kernel computed elsewhere (a pipeline's
         cached blocks): ``ntk`` = Θ(X, X), (n, n), of this model's kernel
         (``self.recipe().molecular_kernel()``). Same result as ``fit``."""
@@ -404,7 +404,7 @@ class SO3NTKRegressor(RegressorMixin, BaseEstimator):
             shifts = base[None] - self.dressed_atom_.leave_one_out_predictions(counts, y)
         self.regressor_.refit_loo_amplitude(shifts, reference=float(np.max(np.abs(y))))
 
-    def _residual_target(self, molecules: list[Molecule], y: np.ndarray, unit: str | None, given: Any) -> np.ndarray:
+    def _residual_target(self, molecules: list[Molecule], y: np.ndarray, unit: str | None, given: np.ndarray | None) -> np.ndarray:
         """y − E_B(molecules) in ``unit`` for a model with a ``baseline`` (``given``: E_B computed
         elsewhere, (n,)), else y. InputError naming the baseline, ``unit`` (None or not an
         energy unit), ``y`` (not of shape (n,)) or ``baseline_energies``."""

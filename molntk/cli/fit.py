@@ -3,9 +3,10 @@
 * ``molntk fit CONFIG``: the model of each target of the config
   (:func:`molntk.pipelines.qm9.fit_so3_models`: its candidate selection, data and compute
   settings).
-* ``molntk fit --data FILE --target KEY [--unit U]``: the estimator's defaults (the main
-  job's model) with the file's elements, on every molecule of FILE that could be read
-  (:func:`molntk.pipelines.qm9.fit_labelled_file`).
+* ``molntk fit --data FILE --target KEY [--unit U] [--baseline gfn2-xtb]``: the estimator's
+  defaults (the main job's model) with the file's elements, on every molecule of FILE that
+  could be read (:func:`molntk.pipelines.qm9.fit_labelled_file`); ``--baseline``: Δ-learning
+  on GFN2-xTB (:mod:`molntk.models.delta`; the target must be an energy in ``--unit``).
 
 Progress goes to stderr, the files written to stdout (a table, or one JSON document with
 ``--json``). Exit status 1 when molecules of the data file could not be read (each is
@@ -26,6 +27,7 @@ from molntk.cli.config_cmd import SetOption
 from molntk.cli.output import EXIT_FAILED, print_json, print_results_table, stderr, stdout
 from molntk.cli.progress import job_progress
 from molntk.config import ConfigProblem, ConfigValidationError
+from molntk.models.delta import BASELINES
 from molntk.pipelines.qm9 import QM9PropertyConfig, fit_labelled_file, fit_so3_models
 from molntk.pipelines.tasks import TASKS
 
@@ -41,6 +43,9 @@ def fit(
                                                       show_default=False)] = None,
     inducing: Annotated[int | None, typer.Option("--inducing", min=1, help="With --data: m inducing environments "
                                                  "(the sparse model, for large files).", show_default=False)] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="With --data: learn the residual of this physical "
+                                                 f"baseline ({', '.join(BASELINES)}); the target must be an energy in --unit.",
+                                                 show_default=False)] = None,
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Folder for the model files (default: models/ in the config's output folder; "
@@ -57,14 +62,17 @@ def fit(
             raise typer.BadParameter("--data needs --target KEY, the value to learn", param_hint="--target")
         if overrides:
             raise typer.BadParameter("--set applies to CONFIG, not to --data", param_hint="--set")
+        if baseline is not None and baseline not in BASELINES:
+            raise typer.BadParameter(f"unknown baseline {baseline!r}; choose one of {', '.join(BASELINES)}", param_hint="--baseline")
         read = {"smiles_column": smiles_column} if smiles_column is not None else {}
         with _progress_log():
             result = fit_labelled_file(data, target, Path("models") if out is None else out, unit=unit, inducing=inducing,
-                                       verbose=True, **read)
+                                       baseline=baseline, verbose=True, **read)
         title = f"{data}: SO(3) NTK model on {result['n_train']} molecules"
         _show(result, title, as_json, {"data": str(data), "target": target, "unit": unit})
         return
-    for option, value in (("--target", target), ("--smiles-column", smiles_column), ("--inducing", inducing)):
+    for option, value in (("--target", target), ("--smiles-column", smiles_column), ("--inducing", inducing),
+                          ("--baseline", baseline)):
         if value is not None:
             raise typer.BadParameter(f"{option} applies to --data, not to CONFIG", param_hint=option)
     resolved = TASKS.load(config, list(overrides or ()))

@@ -31,7 +31,6 @@ from typing import Any
 import ase
 import ase.io
 import numpy as np
-import platformdirs
 from ase import units
 from ase.calculators.calculator import Calculator
 from ase.calculators.singlepoint import SinglePointCalculator
@@ -41,7 +40,7 @@ from ase.md.velocitydistribution import Stationary, ZeroRotation
 from ase.optimize import BFGS
 
 from molntk.data.molecule import Molecule
-from molntk.data.qm9 import CACHE_ENV
+from molntk.data.qm9 import cache_root
 from molntk.data.readers import molecule_from_smiles, molecule_to_atoms
 from molntk.errors import InputError
 from molntk.utils.files import atomic_write, atomic_write_json
@@ -104,8 +103,7 @@ class Trajectory:
 
 def md_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Folder of generated trajectories: ``<cache_dir or $MOLNTK_CACHE_DIR or user cache>/md``."""
-    root = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("molntk")
-    return Path(root).expanduser() / "md"
+    return cache_root(cache_dir) / "md"
 
 
 def xtb_calculator() -> Calculator:

@@ -404,10 +404,15 @@ def parse_qm9pack(data_dir: Path) -> QM9:
 # --------------------------------------------------------------------------- cache
 
 
-def qm9_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Folder of the QM9 cache: ``<cache_dir or $MOLNTK_CACHE_DIR or user cache>/qm9``."""
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The molntk cache: ``cache_dir``, else ``$MOLNTK_CACHE_DIR``, else the user cache folder."""
     root = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("molntk")
-    return Path(root).expanduser() / _CACHE_NAME
+    return Path(root).expanduser()
+
+
+def qm9_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Folder of the QM9 cache: ``<cache_root(cache_dir)>/qm9``."""
+    return cache_root(cache_dir) / _CACHE_NAME
 
 
 def _cache_paths(directory: Path) -> tuple[Path, Path]:

@@ -5,6 +5,8 @@
   that builds its feature maps, network, discretisation, molecular kernel and λ grid;
 - :mod:`~molntk.models.so3_ntk`: :class:`SO3NTKRegressor`, that model as a scikit-learn
   estimator (exact or sparse kernel ridge, NTK-GP variance, model files);
+- :mod:`~molntk.models.delta`: the physical baselines (GFN2-xTB) whose residual an
+  :class:`SO3NTKRegressor` with ``baseline`` learns (Δ-learning);
 - :mod:`~molntk.models.force_field`: :class:`SO3ForceFieldRegressor`, kernel ridge on energies
   and forces together with the derivative kernels of the same NTK (GDML/GAP form).
 """

@@ -5,7 +5,8 @@
     BFGS(atoms).run(fmax=0.05)                     # eV/Å, as everywhere in ASE
 
 ``energy`` is the model's prediction E(M) and ``forces`` F = −∂E/∂r
-(:meth:`~molntk.models.so3_ntk.SO3NTKRegressor.predict_forces`, one autograd pass for both),
+(:meth:`~molntk.models.so3_ntk.SO3NTKRegressor.predict_forces`, one autograd pass for both;
+a Δ-model's include its baseline, :mod:`molntk.models.delta`),
 converted from the model's energy unit u to ASE's eV and eV/Å: E[eV] = E[u] · eV_per(u),
 F[eV/Å] = F[u/Å] · eV_per(u) (:data:`EV_PER_UNIT`, from ``ase.units``). An exact model also
 gives its NTK-GP standard deviation as the extra result ``energy_std`` (eV;

@@ -14,14 +14,16 @@ E_dressed depends on the element counts only, so the forces are
 
 the chain rule through the environment feature maps f (:func:`~molntk.features.environments.environment_features`,
 torch operations of the positions) and the kernel recursions (torch, the model's dtype and
-device; the fused activation passes step aside while autograd records,
-:func:`~molntk.kernels.activations.recording`). Both are evaluated by reverse-mode autograd:
+device; on CPU the erf activation-then-pool step is the compiled pass with its compiled
+backward, :class:`~molntk.kernels.pooled_gradients.FusedPooledDual`, other steps the torch
+formulas, :func:`~molntk.kernels.activations.recording`). Both are evaluated by reverse-mode autograd:
 the reference side (training features or inducing environments) is cut into chunks of at
 most :data:`PAIR_BUDGET` environment pairs with the query molecule, each chunk's energy
 contribution is differentiated with respect to the query's feature maps (the graph of one
 chunk is freed before the next), and one backward pass through the feature maps gives
-∂E/∂r. Cost: about 5× a prediction of the energy alone (the torch recursion instead of the
-fused pass, and its backward).
+∂E/∂r. Cost: about 4× a prediction of the energy alone (the backward pass; measured on one
+CPU thread for the default model with 200 and 2,000 inducing environments: 0.026 and 0.17 s
+per QM9 molecule, against 0.063 and 0.39 s with the erf step in torch formulas).
 
 Properties, exact for the model (not just for the true energy):
 - translation: E depends on the positions only through differences r_b − r_a, so

@@ -30,6 +30,13 @@ are computed (never n × n), and ``predict`` needs Θ(test, S) only. With every 
 environment inducing, K_mm = K (the environment kernel) and K_nm = A K (A the atom-to-molecule
 sum), so Θ̃ = A K K⁺ K Aᵀ = A K Aᵀ = Θ for a PSD K, up to its eigenvalues ≤ rank_rtol · s_max
 (and the quadrature's negative ones): the exact model. No predictive variance.
+
+Δ-learning (``baseline="gfn2-xtb"``, :mod:`molntk.models.delta`): the model adds a physical
+baseline to the above, E(M) = E_B(M) + E_dressed(M) + E_kernel(M), and fits the dressed-atom and
+kernel parts to y − E_B; ``predict``, ``predict_forces`` (F = F_B + F_kernel) and the ASE
+calculator add it back. The target must be one energy, y of shape (n,), with its ``unit`` (the
+baseline is converted into it).
+
 Works with ``cross_val_score``, ``GridSearchCV`` and ``clone``. Inputs (:func:`as_molecules`):
 :class:`~molntk.data.molecule.Molecule`, ``ase.Atoms``, SMILES strings, torch-geometric
 ``Data`` and molecule files (xyz, extxyz, SDF/MOL, SMILES files; a file of several molecules
@@ -42,7 +49,8 @@ e.g. ``logging.basicConfig(level=logging.INFO)``).
 Model files (``save``/``load``) are one ``.npz`` archive of plain arrays read with
 ``allow_pickle=False`` (no code is ever unpickled): the format name and version, the
 estimator's parameters, the target's name and unit, the training elements and the
-training set's provenance as JSON metadata, the training molecules, and the fitted regression state
+training set's provenance as JSON metadata (the parameters name the ``baseline``, which a
+loaded model adds back), the training molecules, and the fitted regression state
 (``regressor_*`` arrays). Sparse models (version 1 still; absent arrays mean an exact model)
 add ``inducing_rows`` (int64, rows of the inducing environments in the training molecules'
 environment features, which ``load`` recomputes) and store the sparse regressor's state
@@ -79,6 +87,7 @@ from molntk.features.domain import EnvironmentDomain
 from molntk.features.environments import EnvironmentBatch, FeatureConfig
 from molntk.features.inducing import SELECTIONS, environments_as_molecules, inducing_environments
 from molntk.features.radial import radial_basis_from_dict
+from molntk.models.delta import baseline_results, check_baseline, check_energy_unit
 from molntk.models.forces import energies_and_forces, kernel_expansion
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.so3 import SO3MolecularKernel
@@ -234,7 +243,9 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
     ``elements`` (the feature maps and the element set the model accepts); ``grid_band_limit``,
     ``sampling``, ``mode``, ``pairing``, ``reduce`` (the kernel engine; the default Lebedev grid
     of band limit 5 as in configs/qm9_u0.yaml); ``residual`` (learn the residual of the
-    dressed-atom model); ``reg`` ("cv" or λ ≥ 0), ``cv``, ``psd_rtol`` (regression: the
+    dressed-atom model); ``baseline`` (None, or the physical baseline of
+    :data:`~molntk.models.delta.BASELINES` whose residual the model learns, module docstring);
+    ``reg`` ("cv" or λ ≥ 0), ``cv``, ``psd_rtol`` (regression: the
     accuracy of the fast-mode quadrature, 3e-8 suits erf networks on the default grid,
     whose kernels are accurate to ≈ 5e-11);
     ``dtype``, ``device`` ("auto": CUDA when available, else the CPU), ``block_size``
@@ -264,6 +275,7 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
 
     reduce: str = DEFAULTS.reduce
     residual: bool = True
+    baseline: str | None = None
     reg: float | str = "cv"
     cv: str = "loo"
     psd_rtol: float = DEFAULTS.psd_rtol
@@ -341,11 +353,14 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
     # -- scikit-learn interface ----------------------------------------------------------
 
     def fit(self, X: Any, y: Any, *, target: str | None = None, unit: str | None = None,
-            provenance: dict[str, Any] | None = None) -> SO3NTKRegressor:
+            provenance: dict[str, Any] | None = None, baseline_energies: np.ndarray | None = None) -> SO3NTKRegressor:
         """Fit on molecules X and targets y ((n,) or (n, k)). ``target`` (its name), ``unit``
         and ``provenance`` (JSON-ready facts about the training set) are kept with the model
-        (:meth:`describe_training`)."""
+        (:meth:`describe_training`). With a ``baseline`` the model learns y − E_B(X)
+        (:meth:`_residual_target`; ``baseline_energies``: E_B(X) in ``unit`` computed elsewhere,
+        e.g. cached)."""
         molecules, y = self._training_data(X, y)
+        y = self._residual_target(molecules, y, unit, baseline_energies)
         n_inducing = self._check_sparse()
         recipe = self.recipe()
         sparse = None if n_inducing is None else self._sparse_regressor(recipe)
@@ -357,7 +372,7 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         feats = recipe.environments(molecules, device)
         if sparse is None:
             k = kern(feats, progress=self._progress(f"fit: kernel {len(molecules)} × {len(molecules)}"))
-            self.fit_kernels(molecules, y, k.ntk.detach().cpu().double().numpy(), target=target, unit=unit, provenance=provenance)
+            self._fit_exact(molecules, y, k.ntk.detach().cpu().double().numpy(), target, unit, provenance)
         else:
             base = self._fit_dressed_atoms(molecules, y)
             rows = inducing_environments(feats, n_inducing, method=self.inducing_selection, seed=int(self.inducing_seed))
@@ -373,14 +388,19 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         self._log("fit: done")
         return self
 
-    def fit_kernels(self, X: Any, y: Any, ntk: np.ndarray, *, target: str | None = None,
-                    unit: str | None = None, provenance: dict[str, Any] | None = None) -> SO3NTKRegressor:
+    def fit_kernels(self, X: Any, y: Any, ntk: np.ndarray, *, target: str | None = None, unit: str | None = None,
+                    provenance: dict[str, Any] | None = None, baseline_energies: np.ndarray | None = None) -> SO3NTKRegressor:
         """The exact model's ``fit`` on a training kernel computed elsewhere (a pipeline's
         cached blocks): ``ntk`` = Θ(X, X), (n, n), of this model's kernel
-        (``self.recipe().molecular_kernel()``). Same result as ``fit`` (which computes it and calls this)."""
+        (``self.recipe().molecular_kernel()``). Same result as ``fit``."""
         molecules, y = self._training_data(X, y)
         if self._check_sparse() is not None:
             raise InputError("inducing", "fit_kernels fits the exact model; a sparse model computes its own kernels in fit")
+        return self._fit_exact(molecules, self._residual_target(molecules, y, unit, baseline_energies), ntk, target, unit, provenance)
+
+    def _fit_exact(self, molecules: list[Molecule], y: np.ndarray, ntk: np.ndarray, target: str | None,
+                   unit: str | None, provenance: dict[str, Any] | None) -> SO3NTKRegressor:
+        """The exact model on the training kernel ``ntk`` and the targets y less the baseline."""
         self.device_ = self._resolve_device()  # of the predictions
         base = self._fit_dressed_atoms(molecules, y)
         self._log("fit: kernel ridge, λ by %s", self.cv if self.reg == "cv" else f"reg={self.reg}")
@@ -404,6 +424,23 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
             counts = element_counts(molecules, self.elements)
             shifts = base[None] - self.dressed_atom_.leave_one_out_predictions(counts, y)
         self.regressor_.refit_loo_amplitude(shifts, reference=float(np.max(np.abs(y))))
+
+    def _residual_target(self, molecules: list[Molecule], y: np.ndarray, unit: str | None, given: np.ndarray | None) -> np.ndarray:
+        """y − E_B(molecules) in ``unit`` for a model with a ``baseline`` (``given``: E_B computed
+        elsewhere, (n,)), else y. InputError naming the baseline, ``unit`` (None or not an
+        energy unit), ``y`` (not of shape (n,)) or ``baseline_energies``."""
+        check_baseline(self.baseline)
+        if self.baseline is None:
+            if given is not None:
+                raise InputError("baseline_energies", "given, but the model has no baseline (baseline=None)")
+            return y
+        check_energy_unit(unit, self.baseline)
+        if y.ndim != 1:
+            raise InputError("y", f"a model with a baseline learns one energy per molecule, shape (n,); y has shape {y.shape}")
+        base = baseline_results(self.baseline, molecules, unit).energies if given is None else np.asarray(given, dtype=np.float64)
+        if base.shape != (len(molecules),):
+            raise InputError("baseline_energies", f"has shape {base.shape} for {len(molecules)} molecules")
+        return y - base
 
     def _training_data(self, X: Any, y: Any) -> tuple[list[Molecule], np.ndarray]:
         """X as molecules (each within ``elements``) and y as float64 with one row per molecule."""
@@ -442,7 +479,7 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         of y or of f (``std_of``; module docstring; exact mode only). Sparse mode computes only Θ(X, inducing_). A molecule with an
         element outside ``training_elements_`` (the atomic numbers present in the training
         molecules; the model knows nothing of others) is an :class:`InputError` naming it."""
-        molecules, base = self._query(X, "predict")
+        molecules, base, _ = self._query(X, "predict")
         sparse = isinstance(self.regressor_, SparseKernelRegressor)
         if sparse and return_std:
             raise InputError("return_std", "a sparse model (inducing is set) has no predictive variance; use inducing=None")
@@ -480,27 +517,35 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         """Forces F_a = −∂E/∂r_a on the atoms of each molecule of X: a list of (n_atoms, 3)
         float64 arrays in the target's unit per Å (meV/Å for QM9 energies), by autograd
         through the feature maps, the kernel and the linear prediction (exact and sparse
-        mode; :mod:`molntk.models.forces` gives the formula). With ``return_energy`` also the
-        energies (n,) of the same pass, equal to :meth:`predict` up to rounding. The model
-        must have one target, which must be an energy for F to be a force."""
-        molecules, base = self._query(X, "predict_forces")
+        mode; :mod:`molntk.models.forces` gives the formula), plus the baseline's forces for a
+        model with a ``baseline``. With ``return_energy`` also the energies (n,) of the same
+        pass, equal to :meth:`predict` up to rounding. The model must have one target, which
+        must be an energy for F to be a force."""
+        molecules, base, base_forces = self._query(X, "predict_forces")
         if self.pairing == "atom-index":
             raise InputError("pairing", "'atom-index' (the reference comparison's padded layout) has no forces; use 'element' or 'shared'")
         expansion = kernel_expansion(*self._reference(), self.regressor_.fitted_arrays())
         energies, forces = energies_and_forces(expansion, molecules)
+        if base_forces is not None:
+            forces = [f + f_base for f, f_base in zip(forces, base_forces)]
         return (base + energies, forces) if return_energy else forces
 
-    def _query(self, X: Any, caller: str) -> tuple[list[Molecule], np.ndarray | float]:
-        """The molecules of X and their dressed-atom energies (0 without ``residual``).
-        A molecule with an element outside ``training_elements_`` (the model knows nothing
-        of others: zero kernel and coefficient) is an :class:`InputError` naming it."""
+    def _query(self, X: Any, caller: str) -> tuple[list[Molecule], np.ndarray | float, list[np.ndarray] | None]:
+        """The molecules of X, their energies besides the kernel part (the dressed-atom
+        energies, 0 without ``residual``, plus the baseline's) and the baseline's forces (None
+        without a baseline). A molecule with an element outside ``training_elements_`` (the
+        model knows nothing of others: zero kernel and coefficient) is an :class:`InputError`
+        naming it."""
         if not hasattr(self, "regressor_"):
             raise InputError("SO3NTKRegressor", f"{caller} called before fit")
         molecules = as_molecules(X)
         for m in molecules:
             m.check_elements(self.training_elements_, "the elements of the training molecules")
         base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.dressed_atom_ is not None else 0.0
-        return molecules, base
+        if self.baseline is None:
+            return molecules, base, None
+        physical = baseline_results(self.baseline, molecules, self.unit_)
+        return molecules, base + physical.energies, physical.forces
 
     def _reference(self) -> tuple[SO3MolecularKernel, EnvironmentBatch]:
         """The molecular kernel and the reference side of every prediction: the feature maps of
@@ -571,6 +616,7 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         params["elements"] = tuple(params["elements"])
         params.setdefault("sampling", "gauss-legendre")  # files from before the sampling parameter
         model = cls(**params)
+        check_baseline(model.baseline)
         model.device_ = model._resolve_device()  # "auto" resolves on the machine that loads the file
         ends = np.cumsum(arrays["n_atoms"])
         model.train_molecules_ = [

@@ -46,8 +46,25 @@ def test_fit_data_writes_the_estimators_model_and_names_the_unread_item(labelled
     np.testing.assert_allclose(model.predict(query), by_hand.predict(query), rtol=1e-10)
 
 
+def test_fit_data_with_a_baseline_writes_a_delta_model(labelled_file, tmp_path):
+    """``--baseline gfn2-xtb``: the model file holds the baseline, and its predictions are
+    those of the estimator fitted by hand with it."""
+    pytest.importorskip("tblite", reason="the GFN2-xTB baseline needs tblite (pip install \"molntk[md]\")")
+    out = tmp_path / "models"
+    result = CliRunner().invoke(app, ["fit", "--data", str(labelled_file), "--target", "U0", "--unit", "eV",
+                                      "--baseline", "gfn2-xtb", "--out", str(out), "--json"])
+    assert result.exit_code == 1, result.output  # one molecule had no U0 value
+    model = SO3NTKRegressor.load(out / "U0.molntk.npz")
+    assert (model.baseline, model.unit_) == ("gfn2-xtb", "eV")
+    data = read_labelled(labelled_file, "U0")
+    by_hand = SO3NTKRegressor(elements=data.elements, baseline="gfn2-xtb").fit(data.molecules, data.targets["U0"], unit="eV")
+    np.testing.assert_allclose(model.predict(data.molecules[:3]), by_hand.predict(data.molecules[:3]), rtol=1e-10)
+
+
 @pytest.mark.parametrize("args, hint", [
     (["fit"], "CONFIG"),
+    (["fit", "--data", EXAMPLE, "--target", "U0", "--baseline", "dft"], "--baseline"),
+    (["fit", "configs/qm9_u0.yaml", "--baseline", "gfn2-xtb"], "--baseline"),
     (["fit", "configs/qm9_u0.yaml", "--data", EXAMPLE, "--target", "U0"], "CONFIG"),
     (["fit", "--data", EXAMPLE], "--target"),
     (["fit", "configs/qm9_u0.yaml", "--target", "U0"], "--target"),

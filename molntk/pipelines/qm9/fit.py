@@ -94,10 +94,10 @@ def fit_so3_models(config: QM9PropertyConfig, source: str, out: str | Path | Non
 
 
 def fit_labelled_file(path: str | Path, target: str, out: str | Path, *, unit: str = "unknown",
-                      inducing: int | None = None, device: str = "auto", verbose: bool = False,
-                      **read: Any) -> dict[str, Any]:
+                      inducing: int | None = None, baseline: str | None = None, device: str = "auto",
+                      verbose: bool = False, **read: Any) -> dict[str, Any]:
     """Fit :class:`~molntk.models.SO3NTKRegressor` (its defaults; ``elements`` the file's,
-    ``inducing`` m for the sparse model) on target ``target`` of every readable molecule of
+    ``inducing`` m for the sparse model, ``baseline`` the physical baseline of Δ-learning) on target ``target`` of every readable molecule of
     the labelled file ``path`` (:func:`~molntk.data.labelled.read_labelled`, ``read``: its
     column and SDF options) and write ``out/<target>.molntk.npz``. ``out`` is checked
     writable before the file is read. Returns ``{"output", "model_files": {target: path},
@@ -106,7 +106,7 @@ def fit_labelled_file(path: str | Path, target: str, out: str | Path, *, unit: s
     data = read_labelled(path, target, **read)
     if not data.molecules:
         raise InputError(str(path), f"no molecule with a value of {target!r} could be read ({len(data.failures)} failed)")
-    model = SO3NTKRegressor(elements=data.elements, inducing=inducing, device=device, verbose=verbose)
+    model = SO3NTKRegressor(elements=data.elements, inducing=inducing, baseline=baseline, device=device, verbose=verbose)
     model.fit(data.molecules, data.targets[target], target=target, unit=unit,
               provenance={"data_file": str(path), "data_sha256": sha256_file(path), "read_options": read,
                           "read_failures": len(data.failures)})

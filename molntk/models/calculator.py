@@ -1,11 +1,12 @@
-"""An ASE calculator of a fitted SO(3) NTK energy model.
+"""An ASE calculator of a fitted SO(3) NTK energy model or force field.
 
     from ase.optimize import BFGS
-    atoms.calc = MolntkCalculator(model)            # model: a fitted SO3NTKRegressor of energies in meV
+    atoms.calc = MolntkCalculator(model)            # model: a fitted SO3NTKRegressor of energies in meV,
+                                                    # or a fitted SO3ForceFieldRegressor
     BFGS(atoms).run(fmax=0.05)                     # eV/Å, as everywhere in ASE
 
 ``energy`` is the model's prediction E(M) and ``forces`` F = −∂E/∂r
-(:meth:`~molntk.models.so3_ntk.SO3NTKRegressor.predict_forces`, one autograd pass for both;
+(the model's ``predict_forces``, one pass for both;
 a Δ-model's include its baseline, :mod:`molntk.models.delta`),
 converted from the model's energy unit u to ASE's eV and eV/Å: E[eV] = E[u] · eV_per(u),
 F[eV/Å] = F[u/Å] · eV_per(u) (:data:`EV_PER_UNIT`, from ``ase.units``). An exact model also
@@ -18,11 +19,14 @@ and is refused.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
 from ase import Atoms, units
 from ase.calculators.calculator import Calculator, all_changes
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
 
 from molntk.data.readers import molecule_from_atoms
 from molntk.errors import InputError
@@ -51,16 +55,24 @@ def energy_unit(model: Any, unit: str | None) -> str:
     return chosen
 
 
+def _has_std(model: Any) -> bool:
+    """Whether the model predicts a std: an exact model whose ``predict`` takes ``return_std``."""
+    return getattr(model, "inducing", None) is None and "return_std" in inspect.signature(model.predict).parameters
+
+
 class MolntkCalculator(Calculator):
     """ASE calculator of a fitted :class:`~molntk.models.so3_ntk.SO3NTKRegressor` of an energy
-    (module docstring): ``energy`` (eV), ``forces`` (eV/Å), and ``energy_std`` (eV) for an
-    exact model when ``std``. Molecules only: a periodic ``Atoms`` is an InputError."""
+    or :class:`~molntk.models.force_field.SO3ForceFieldRegressor` (module docstring):
+    ``energy`` (eV), ``forces`` (eV/Å), and ``energy_std`` (eV) for an exact energy model when
+    ``std``. Molecules only: a periodic ``Atoms`` is an InputError."""
 
     implemented_properties = ["energy", "forces"]
 
     def __init__(self, model: Any, unit: str | None = None, std: bool = True, **kwargs: Any) -> None:
-        if not hasattr(model, "regressor_"):
-            raise InputError("model", "the calculator needs a fitted model (call fit or load first)")
+        try:
+            check_is_fitted(model)
+        except NotFittedError:
+            raise InputError("model", "the calculator needs a fitted model (call fit or load first)") from None
         self.unit = energy_unit(model, unit)
         self.model, self.std = model, std
         self.scale = EV_PER_UNIT[self.unit]
@@ -75,6 +87,6 @@ class MolntkCalculator(Calculator):
         molecule = molecule_from_atoms(self.atoms)
         (energy,), (forces,) = self.model.predict_forces([molecule], return_energy=True)
         self.results = {"energy": float(energy) * self.scale, "forces": np.asarray(forces) * self.scale}
-        if self.std and getattr(self.model, "inducing", None) is None:
+        if self.std and _has_std(self.model):
             _, std = self.model.predict([molecule], return_std=True)
             self.results["energy_std"] = float(std[0]) * self.scale

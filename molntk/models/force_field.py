@@ -53,6 +53,13 @@ K_mm = Θ(s_i, s_j); solved through the Nyström features of K_mm's eigendecompo
 ``predict`` needs Θ(M, s_j), ``predict_forces`` one reverse pass through it with w as the
 cotangent (≈ 2.5× the energy). Unlike the exact model, the force–force covariances ∂²Θ/∂r∂r'
 never appear: the model's functions are spanned by Θ(·, s_j) alone.
+
+Δ-learning (``baseline="gfn2-xtb"``, :mod:`molntk.models.delta`): the model learns the
+residual of a physical baseline B in energies and forces, E − E_B and F − F_B (B converted into
+``unit``, the energy unit of the data; forces in ``unit``/Å), and adds E_B and F_B back in
+every prediction. Equilibrium geometries with their energies and zero forces (QM9) then
+teach the correction the curvature the baseline lacks there: the learnt forces at those
+geometries are −F_B.
 """
 
 from __future__ import annotations
@@ -70,6 +77,8 @@ from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.features.inducing import environments_as_molecules, inducing_environments
 from molntk.models.so3_ntk import DEFAULTS, RECIPE_PARAMS, SO3NetworkParams, as_molecules, check_inducing, present_elements
+from molntk.models.delta import BaselineResult, check_baseline, check_energy_unit
+from molntk.models.delta import baseline_results as baseline_results_of
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
 from molntk.molecular.force_rows import force_rows
@@ -149,14 +158,16 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
     dressed-atom model); ``reg_energy``, ``reg_force``: "cv" (both chosen together by
     grouped LOO) or absolute λ_E, λ_F (both must be numbers, or both "cv"; > 0 in sparse mode);
     ``inducing`` (None: the exact model; m: the sparse model), ``inducing_selection``,
-    ``inducing_seed``, ``rank_rtol`` (sparse mode, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`).
+    ``inducing_seed``, ``rank_rtol`` (sparse mode, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`);
+    ``baseline`` (None, or the physical baseline of Δ-learning, module docstring) and ``unit``
+    (the energy unit of the data: needed with a baseline; the ASE calculator reads it).
 
     Fitted attributes: ``sparse_`` (whether the sparse model was fitted), ``training_elements_``,
     ``dressed_atom_`` (or None), ``reg_energy_``, ``reg_force_`` (λ_E, λ_F used), ``cv_score_``
     (the LOO criterion, or None), ``kernel_`` (the molecular kernel); exact: ``train_molecules_``, ``energy_coef_`` (N,) and ``force_coef_``
     (3Σn,) (α_E, α_F); sparse: ``inducing_rows_`` (int64 rows into the training environments),
     ``inducing_`` (the inducing environments), ``inducing_weights_`` (w, (m,)), ``n_inducing_``
-    and ``rank_`` (K_mm eigenvalues kept).
+    and ``rank_`` (K_mm eigenvalues kept); ``unit_`` (the ``unit`` fitted with).
     """
 
     residual: bool = True
@@ -169,6 +180,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
     inducing_selection: str = "fps"
     inducing_seed: int = 0
     rank_rtol: float = DEFAULTS.rank_rtol
+    baseline: str | None = None
+    unit: str | None = None
 
     def recipe(self) -> SO3ModelRecipe:
         """The model these parameters describe (float64, sum over atom pairs)."""
@@ -179,6 +192,9 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         if self.pairing not in ("element", "shared"):
             raise InputError("pairing", f"must be 'element' or 'shared' for forces, got {self.pairing!r}")
         check_inducing(self.inducing, self.inducing_selection, self.inducing_seed)
+        check_baseline(self.baseline)
+        if self.baseline is not None:
+            check_energy_unit(self.unit, self.baseline)
         lam_e, lam_f = _reg(self.reg_energy, "reg_energy"), _reg(self.reg_force, "reg_force")
         if (lam_e is None) != (lam_f is None):
             raise InputError("reg_force" if lam_f is None else "reg_energy",
@@ -209,10 +225,22 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
             flat.append(f.reshape(-1))
         return molecules, y, np.concatenate(flat)
 
-    def fit(self, X: Any, energies: Any, forces: Sequence[Any]) -> SO3ForceFieldRegressor:
-        """Fit on molecules X, their energies (N,) and forces (a list of (n_i, 3), energy unit per Å)."""
+    def fit(self, X: Any, energies: Any, forces: Sequence[Any], baseline_results: BaselineResult | None = None
+            ) -> SO3ForceFieldRegressor:
+        """Fit on molecules X, their energies (N,) and forces (a list of (n_i, 3), energy unit
+        per Å). With a ``baseline``, on E − E_B and F − F_B (``baseline_results``: the baseline
+        of X in ``unit`` computed elsewhere, e.g. cached; None: computed here)."""
         lam_e, lam_f = self._check_params()
         molecules, e, f = self._training_data(X, energies, forces)
+        if self.baseline is None and baseline_results is not None:
+            raise InputError("baseline_results", "given, but the model has no baseline (baseline=None)")
+        if self.baseline is not None:
+            physical = baseline_results or baseline_results_of(self.baseline, molecules, self.unit)
+            if len(physical.forces) != len(molecules):
+                raise InputError("baseline_results", f"has {len(physical.forces)} molecules, X has {len(molecules)}")
+            e = e - physical.energies
+            f = f - np.concatenate([np.asarray(g, dtype=np.float64).reshape(-1) for g in physical.forces])
+        self.unit_ = self.unit
         counts = element_counts(molecules, self.elements)
         self.dressed_atom_ = DressedAtomModel().fit(counts, e) if self.residual else None
         base = self.dressed_atom_.predict(counts) if self.residual else 0.0
@@ -264,10 +292,17 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         base = self.dressed_atom_.predict(element_counts(molecules, self.elements)) if self.dressed_atom_ is not None else 0.0
         return molecules, base
 
+    def _baseline_of(self, molecules: list[Molecule]) -> BaselineResult | None:
+        """The baseline's energies and forces of ``molecules`` in ``unit_`` (None without one)."""
+        return None if self.baseline is None else baseline_results_of(self.baseline, molecules, self.unit_)
+
     def predict(self, X: Any) -> np.ndarray:
         """Energies (n,) of molecules X: E_dressed + Σ α_E Θ − Σ α_Fᵀ ∂Θ/∂r' (exact; one backward
         pass per test molecule), or E_dressed + Σ_j w_j Θ(M, s_j) (sparse)."""
         molecules, base = self._query(X, "predict")
+        physical = self._baseline_of(molecules)
+        if physical is not None:
+            base = base + physical.energies
         if self.sparse_:
             return base + self.kernel_(molecules, self.inducing_).ntk.cpu().numpy() @ self.inducing_weights_
         out = np.empty(len(molecules))
@@ -285,13 +320,18 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         if self.sparse_:
             rows = force_rows(self.kernel_, molecules, self.inducing_, weights=self.inducing_weights_)
             splits = np.cumsum([3 * m.n_atoms for m in molecules])[:-1]
+            energies = rows.energy[:, 0]
             forces = [-g.reshape(-1, 3) for g in np.split(rows.gradient[:, 0], splits)]
-            return (base + rows.energy[:, 0], forces) if return_energy else forces
-        energies, forces = np.empty(len(molecules)), []
-        for i, m in enumerate(molecules):
-            energies[i], grad = expansion_energy_and_gradient(self.kernel_, m, self.train_molecules_,
-                                                              self.energy_coef_, -self.force_coef_)
-            forces.append(-grad)
+        else:
+            energies, forces = np.empty(len(molecules)), []
+            for i, m in enumerate(molecules):
+                energies[i], grad = expansion_energy_and_gradient(self.kernel_, m, self.train_molecules_,
+                                                                  self.energy_coef_, -self.force_coef_)
+                forces.append(-grad)
+        physical = self._baseline_of(molecules)
+        if physical is not None:
+            base = base + physical.energies
+            forces = [f + np.asarray(g) for f, g in zip(forces, physical.forces)]
         return (base + energies, forces) if return_energy else forces
 
 

@@ -8,13 +8,18 @@ coarse a grid is accurate to a few per cent only).
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
 from threadpoolctl import threadpool_limits
 
 from molntk.data.molecule import Molecule
+from molntk.data.readers import molecule_to_atoms
 from molntk.errors import InputError
+from molntk.models.calculator import MolntkCalculator
+from molntk.models.delta import baseline_results
 from molntk.models.force_field import SO3ForceFieldRegressor, grouped_loo_residuals, joint_rows, select_noise
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.molecular.derivative_kernels import derivative_rows
@@ -141,3 +146,34 @@ def test_bad_inputs_name_the_argument(tiny, sample):
         SO3ForceFieldRegressor(**PARAMS).predict(mols)
     with pytest.raises(InputError):
         model.predict([Molecule(np.array([7, 1]), np.array([[0.0, 0, 0], [1.0, 0, 0]]))])  # N: not in training
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tblite") is None, reason="the GFN2-xTB baseline needs tblite (molntk[md])")
+def test_a_delta_force_field_is_the_baseline_plus_a_force_field_of_the_residuals(sample):
+    """baseline="gfn2-xtb": fitted on E − E_xTB and F − F_xTB, it predicts E_xTB + the plain
+    model of those residuals (energies and forces, to rounding: the same fit on the same
+    numbers), and the ASE calculator serves both parts."""
+    mols, e, f = sample
+    train, test = [mols[i] for i in (0, 9, 18, 27)], [mols[40], mols[41]]
+    physical = baseline_results("gfn2-xtb", train, "eV")
+    residual_f = [np.asarray(x) - g for x, g in zip((f[i] for i in (0, 9, 18, 27)), physical.forces)]
+    with threadpool_limits(1):
+        delta = SO3ForceFieldRegressor(reg_energy=1e-3, reg_force=1e-2, baseline="gfn2-xtb", unit="eV", **PARAMS)
+        delta.fit(train, e[[0, 9, 18, 27]], [f[i] for i in (0, 9, 18, 27)], baseline_results=physical)
+        plain = SO3ForceFieldRegressor(reg_energy=1e-3, reg_force=1e-2, **PARAMS)
+        plain.fit(train, e[[0, 9, 18, 27]] - physical.energies, residual_f)
+        energies, forces = delta.predict_forces(test, return_energy=True)
+        base = baseline_results("gfn2-xtb", test, "eV")
+        plain_e, plain_f = plain.predict_forces(test, return_energy=True)
+        np.testing.assert_allclose(energies, base.energies + plain_e, rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(delta.predict(test), energies, rtol=1e-12, atol=1e-9)
+        for got, g, p in zip(forces, base.forces, plain_f):
+            np.testing.assert_allclose(got, g + p, atol=1e-9)
+        atoms = molecule_to_atoms(test[0])
+        atoms.calc = MolntkCalculator(delta)
+        assert atoms.get_potential_energy() == pytest.approx(energies[0], abs=1e-9)  # eV: unit_ is eV
+        np.testing.assert_allclose(atoms.get_forces(), forces[0], atol=1e-9)
+    with pytest.raises(InputError, match="unit"):
+        SO3ForceFieldRegressor(baseline="gfn2-xtb", **PARAMS).fit(train, e[:4], [f[i] for i in range(4)])
+    with pytest.raises(InputError, match="baseline_results"):
+        SO3ForceFieldRegressor(**PARAMS).fit(train, e[:4], [f[i] for i in range(4)], baseline_results=physical)

@@ -1,4 +1,4 @@
-"""Relax rattled QM9 geometries with ASE's BFGS under three energy models of U0 (not a test).
+"""Relax rattled QM9 geometries with ASE's BFGS under four energy models of U0 (not a test).
 
 Variants, all of U0 in meV, each relaxing the same rattled molecules:
 
@@ -10,7 +10,11 @@ Variants, all of U0 in meV, each relaxing the same rattled molecules:
   the DFT scale by the dressed-atom model fitted to U0 − E_xTB on the same training molecules
   (a constant per atom of each element: it does not move the geometry);
 - ``delta``: Δ-learning, the same SO(3) NTK model with ``baseline="gfn2-xtb"`` fitted to
-  U0 − E_xTB at the QM9 (DFT) geometries: E = E_xTB + E_dressed + E_NTK.
+  U0 − E_xTB at the QM9 (DFT) geometries: E = E_xTB + E_dressed + E_NTK;
+- ``delta-forces``: the Δ force field, :class:`~molntk.models.force_field.SO3ForceFieldRegressor`
+  (sparse, ``--inducing``) with ``baseline="gfn2-xtb"`` fitted to U0 − E_xTB and to the forces
+  0 − F_xTB at the QM9 geometries (B3LYP equilibria, where the DFT forces vanish), so that the
+  correction also learns the curvature xTB misses there.
 
 The training molecules' xTB single points (eV) are cached in
 ``<molntk cache>/baselines/qm9_gfn2-xtb.npz`` (by QM9 row; written atomically; recomputed when
@@ -63,6 +67,7 @@ from molntk.data.splits import standard_split
 from molntk.errors import MolntkError
 from molntk.models.calculator import MolntkCalculator
 from molntk.models.delta import baseline_results, xtb_single_point
+from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.utils.files import atomic_path, atomic_write_json
@@ -133,6 +138,13 @@ def fit_variants(train: list[Molecule], y: np.ndarray, xtb_train_mev: np.ndarray
             train, y, target="u0_atom", unit="meV", baseline_energies=xtb_train_mev)
         variants["delta"] = Variant("delta", lambda: MolntkCalculator(delta, std=False), delta.predict,
                                     time.perf_counter() - start, delta)
+    if "delta-forces" in args.variants:
+        start = time.perf_counter()
+        zero_forces = [np.zeros((m.n_atoms, 3)) for m in train]  # DFT equilibrium geometries: F = 0
+        field = SO3ForceFieldRegressor(inducing=args.inducing, baseline="gfn2-xtb", unit="meV").fit(
+            train, y, zero_forces, baseline_results=baseline_results("gfn2-xtb", train, "meV"))
+        variants["delta-forces"] = Variant("delta-forces", lambda: MolntkCalculator(field, std=False), field.predict,
+                                           time.perf_counter() - start, field)
     return variants
 
 
@@ -195,7 +207,8 @@ def main() -> None:
     parser.add_argument("--inducing", type=int, default=1000)
     parser.add_argument("--n-test", type=int, default=100)
     parser.add_argument("--n-mae", type=int, default=1000, help="test molecules of the U0 MAE at DFT geometries")
-    parser.add_argument("--variants", nargs="+", choices=("ntk", "xtb", "delta"), default=["ntk", "xtb", "delta"])
+    parser.add_argument("--variants", nargs="+", choices=("ntk", "xtb", "delta", "delta-forces"),
+                        default=["ntk", "xtb", "delta", "delta-forces"])
     parser.add_argument("--sigma", type=float, default=0.1, help="rattle, Å per coordinate")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fmax", type=float, default=0.05, help="eV/Å")
@@ -240,7 +253,8 @@ def main() -> None:
                           for name, v in result["variants"].items()), flush=True)
 
     summary = {name: summarise(name, rows, failures, variant) for name, variant in variants.items()}
-    models = {name: {"params": v.model.get_params(), "rank": int(v.model.regressor_.rank_)}
+    models = {name: {"params": v.model.get_params(),
+                     "rank": int(v.model.rank_ if hasattr(v.model, "rank_") else v.model.regressor_.rank_)}
               for name, v in variants.items() if v.model is not None}
     report = {
         "date": datetime.date.today().isoformat(),

@@ -85,6 +85,12 @@ class FieldError(ValueError):
         self.key = key
 
 
+def check_increasing(values: list[int], key: str) -> None:
+    """FieldError blaming ``key`` unless ``values`` is strictly increasing."""
+    if any(a >= b for a, b in zip(values, values[1:])):
+        raise FieldError(key, f"must be strictly increasing, got {values}")
+
+
 class TaskConfig(Section):
     """Keys shared by every task. Subclasses narrow ``task`` to ``Literal[...]`` and add their sections."""
 

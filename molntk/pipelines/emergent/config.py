@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from molntk.config import Count, FieldError, Section, Seed, TaskConfig, UserPath
+from molntk.config import Count, Section, Seed, TaskConfig, UserPath, check_increasing
 
 
 class IsingDataConfig(Section):
@@ -43,8 +43,7 @@ class IsingEnsembleConfig(Section):
 
     @model_validator(mode="after")
     def _increasing(self) -> IsingEnsembleConfig:
-        if any(a >= b for a, b in zip(self.widths, self.widths[1:])):
-            raise FieldError("widths", f"must be strictly increasing, got {self.widths}")
+        check_increasing(self.widths, "widths")
         return self
 
 

@@ -6,9 +6,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from molntk.config import Count, FieldError, Section, Seed, TaskConfig, UserPath
+from molntk.config import Count, FieldError, Section, Seed, TaskConfig, UserPath, check_increasing
 from molntk.pipelines.emergent.config import IsingComputeConfig
-from molntk.pipelines.emergent.so3_config import SO3EnsembleConfig, check_increasing
+from molntk.pipelines.emergent.so3_config import SO3EnsembleConfig
 
 #: Side of scikit-learn's digit images.
 DIGIT_SIDE = 8

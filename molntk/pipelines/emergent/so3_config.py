@@ -6,14 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from molntk.config import Count, FieldError, Section, Seed, TaskConfig, UserPath
+from molntk.config import Count, FieldError, Section, Seed, TaskConfig, UserPath, check_increasing
 from molntk.pipelines.emergent.config import IsingComputeConfig
-
-
-def check_increasing(values: list[int], key: str) -> None:
-    """FieldError blaming ``key`` unless ``values`` is strictly increasing."""
-    if any(a >= b for a, b in zip(values, values[1:])):
-        raise FieldError(key, f"must be strictly increasing, got {values}")
 
 
 class SO3DataConfig(Section):

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from molntk.config import Count, FieldError, Section, Seed, TaskConfig, UserPath
+from molntk.config import Count, FieldError, Section, Seed, TaskConfig, UserPath, check_increasing
 from molntk.data.md import MD_MOLECULES
 
 
@@ -41,8 +41,7 @@ class MDSplitConfig(Section):
 
     @model_validator(mode="after")
     def _increasing(self) -> MDSplitConfig:
-        if any(a >= b for a, b in zip(self.n_train, self.n_train[1:])):
-            raise FieldError("n_train", f"must be strictly increasing, got {self.n_train}")
+        check_increasing(self.n_train, "n_train")
         return self
 
 

@@ -26,6 +26,7 @@ from molntk.config import (
     Seed,
     TaskConfig,
     UserPath,
+    check_increasing,
     did_you_mean,
 )
 from molntk.data.qm9 import QM9_TARGETS
@@ -282,8 +283,7 @@ class LearningCurveConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> LearningCurveConfig:
-        if any(a >= b for a, b in zip(self.n_train, self.n_train[1:])):
-            raise FieldError("n_train", f"must be strictly increasing, got {self.n_train}")
+        check_increasing(self.n_train, "n_train")
         if self.n_select > self.n_train[-1]:
             raise FieldError("n_select", f"{self.n_select} exceeds the largest n_train {self.n_train[-1]}")
         return self

@@ -74,7 +74,7 @@ class MolntkCalculator(Calculator):
         except NotFittedError:
             raise InputError("model", "the calculator needs a fitted model (call fit or load first)") from None
         self.unit = energy_unit(model, unit)
-        self.model, self.std = model, std
+        self.model, self.std = model, std and _has_std(model)
         self.scale = EV_PER_UNIT[self.unit]
         super().__init__(**kwargs)
 
@@ -87,6 +87,6 @@ class MolntkCalculator(Calculator):
         molecule = molecule_from_atoms(self.atoms)
         (energy,), (forces,) = self.model.predict_forces([molecule], return_energy=True)
         self.results = {"energy": float(energy) * self.scale, "forces": np.asarray(forces) * self.scale}
-        if self.std and _has_std(self.model):
+        if self.std:
             _, std = self.model.predict([molecule], return_std=True)
             self.results["energy_std"] = float(std[0]) * self.scale

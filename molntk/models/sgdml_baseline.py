@@ -62,9 +62,9 @@ def _sgdml() -> tuple[Any, Any]:
     return GDMLTrain(max_processes=1, use_torch=False), GDMLPredict
 
 
-def _frames(X: Any, numbers: np.ndarray | None = None, name: str = "X") -> np.ndarray:
-    """Positions (M, n, 3) of frames of one molecule (atoms of every frame in the order of
-    the first, or of ``numbers``)."""
+def _frames(X: Any, numbers: np.ndarray | None = None, name: str = "X") -> tuple[np.ndarray, np.ndarray]:
+    """Positions (M, n, 3) of frames of one molecule and its elements (atoms of every frame in
+    the order of the first, or of ``numbers``)."""
     molecules: list[Molecule] = as_molecules(X, name)
     if not molecules:
         raise InputError(name, "no molecules")
@@ -73,7 +73,7 @@ def _frames(X: Any, numbers: np.ndarray | None = None, name: str = "X") -> np.nd
         if m.numbers.shape != reference.shape or not np.array_equal(m.numbers, reference):
             raise InputError(f"{name}[{i}]", "sGDML needs frames of one molecule with its atoms in one order: "
                              f"elements {m.numbers.tolist()} differ from {reference.tolist()}")
-    return np.stack([m.positions for m in molecules])
+    return np.stack([m.positions for m in molecules]), reference.copy()
 
 
 def _dataset(R: np.ndarray, E: np.ndarray, F: np.ndarray, numbers: np.ndarray) -> dict[str, Any]:
@@ -127,8 +127,7 @@ class SGDMLForceField(RegressorMixin, BaseEstimator):
             raise InputError("sigmas", f"must be positive length scales, got {self.sigmas!r}")
         if not 0 < self.validation_fraction < 1:
             raise InputError("validation_fraction", f"must lie strictly between 0 and 1, got {self.validation_fraction!r}")
-        R = _frames(X)
-        self.numbers_ = as_molecules(X)[0].numbers.copy()
+        R, self.numbers_ = _frames(X)
         E = np.asarray(energies, dtype=np.float64)
         F = np.asarray(forces, dtype=np.float64)
         if E.shape != (len(R),) or not np.all(np.isfinite(E)):
@@ -159,7 +158,7 @@ class SGDMLForceField(RegressorMixin, BaseEstimator):
     def _query(self, X: Any, caller: str) -> np.ndarray:
         if not hasattr(self, "model_"):
             raise InputError("SGDMLForceField", f"{caller} called before fit")
-        return _frames(X, self.numbers_)
+        return _frames(X, self.numbers_)[0]
 
     def predict(self, X: Any) -> np.ndarray:
         """Energies (M,) of frames X of the training molecule."""

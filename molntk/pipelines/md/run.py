@@ -19,6 +19,7 @@ from molntk.models.sgdml_baseline import SGDMLForceField
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, write_metrics_csv, write_report
 from molntk.pipelines.md.config import MDForceFieldConfig
+from molntk.regression.metrics import mae, rmse
 from molntk.scale.devices import torch_threads
 from molntk.scale.progress import Progress
 
@@ -67,12 +68,6 @@ def split(config: MDForceFieldConfig, n_frames: int) -> tuple[np.ndarray, np.nda
     return order[: config.split.n_test], order[config.split.n_test:]
 
 
-def _errors(true: np.ndarray, predicted: np.ndarray) -> tuple[float, float]:
-    """(MAE, RMSE) of the components."""
-    diff = np.asarray(predicted) - np.asarray(true)
-    return float(np.abs(diff).mean()), float(np.sqrt(np.mean(diff**2)))
-
-
 def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray, train: np.ndarray,
              test: np.ndarray, unit: str) -> dict[str, Any]:
     """Fit ``estimator`` on the frames ``train`` (energies and forces; the energy-only
@@ -88,11 +83,11 @@ def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray
     tic = time.perf_counter()
     e_pred, f_pred = estimator.predict_forces(pick(test), return_energy=True)
     predict_seconds = time.perf_counter() - tic
-    e_mae, e_rmse = _errors(energies[test], e_pred)
-    f_mae, f_rmse = _errors(np.concatenate([data.forces[i] for i in test]), np.concatenate(f_pred))
+    f_true, f_flat = np.concatenate([data.forces[i] for i in test]).ravel(), np.concatenate(f_pred).ravel()
     return {
         "model": name, "n_train": len(train), "n_test": len(test),
-        "energy_mae": e_mae, "energy_rmse": e_rmse, "force_mae": f_mae, "force_rmse": f_rmse,
+        "energy_mae": mae(energies[test], e_pred), "energy_rmse": rmse(energies[test], e_pred),
+        "force_mae": mae(f_true, f_flat), "force_rmse": rmse(f_true, f_flat),
         "energy_unit": unit, "force_unit": f"{unit}/Å",
         "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
         "chosen": chosen_hyperparameters(estimator),

@@ -167,7 +167,8 @@ MD_COLUMNS = [
 
 
 def show_md_force_field(config: MDForceFieldConfig, result: dict[str, Any]) -> None:
-    """The records as a table (energy unit and its unit per Å), read failures if any, then where the files are."""
+    """The records as a table (energy unit and its unit per Å), read failures and failed fits
+    if any, then where the files are."""
     data = result["data"]
     unit = config.data.energy_unit
     print_results_table(result["results"], MD_COLUMNS,
@@ -175,6 +176,8 @@ def show_md_force_field(config: MDForceFieldConfig, result: dict[str, Any]) -> N
                         f"(energies in {unit}, forces in {unit}/Å)")
     for failure in result["failures"]:
         stdout().print(f"not read: {failure}")
+    for fit in result["failed_fits"]:
+        stdout().print(f"failed: {fit['model']} at n_train {fit['n_train']}: {fit['error']}")
     stdout().print(f"{result['wall_seconds']:.1f} s; report, metrics.csv and plots in {result['output']}/")
 
 

@@ -60,6 +60,10 @@ residual of a physical baseline B in energies and forces, E − E_B and F − F_
 every prediction. Equilibrium geometries with their energies and zero forces (QM9) then
 teach the correction the curvature the baseline lacks there: the learnt forces at those
 geometries are −F_B.
+
+Model files: ``model.save("ethanol.molntk.npz")``, ``SO3ForceFieldRegressor.load(…)`` (one
+``.npz`` of plain arrays, :mod:`molntk.models.model_files`; the sparse model's inducing
+environments are recomputed from the stored training molecules).
 """
 
 from __future__ import annotations
@@ -67,18 +71,23 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.linalg
+import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
+from molntk._version import __version__
 from molntk.data.molecule import Molecule
-from molntk.errors import InputError
+from molntk.errors import InputError, ModelFileError
 from molntk.features.inducing import environments_as_molecules, inducing_environments
 from molntk.models.so3_ntk import DEFAULTS, RECIPE_PARAMS, SO3NetworkParams, as_molecules, check_inducing, present_elements
 from molntk.models.delta import BaselineResult, check_baseline, check_energy_unit
 from molntk.models.delta import baseline_results as baseline_results_of
+from molntk.models.model_files import (check_format, dressed_atom_arrays, dressed_atom_from_arrays, molecule_arrays,
+                                       molecules_from_arrays, optional_text, read_model_archive, write_model_archive)
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
 from molntk.molecular.force_rows import force_rows
@@ -86,6 +95,10 @@ from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, grouped_residuals, search_noise
 from molntk.regression.sparse_joint import fit_sparse_joint
+
+#: Name and version of the force field's model file format.
+FORMAT = "molntk-so3-force-field"
+FORMAT_VERSION = 1
 
 
 def joint_rows(n_molecules: int, n_atoms: Sequence[int]) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -164,8 +177,9 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
 
     Fitted attributes: ``sparse_`` (whether the sparse model was fitted), ``training_elements_``,
     ``dressed_atom_`` (or None), ``reg_energy_``, ``reg_force_`` (λ_E, λ_F used), ``cv_score_``
-    (the LOO criterion, or None), ``kernel_`` (the molecular kernel); exact: ``train_molecules_``, ``energy_coef_`` (N,) and ``force_coef_``
-    (3Σn,) (α_E, α_F); sparse: ``inducing_rows_`` (int64 rows into the training environments),
+    (the LOO criterion, or None), ``kernel_`` (the molecular kernel), ``train_molecules_``; exact:
+    ``energy_coef_`` (N,) and ``force_coef_`` (3Σn,) (α_E, α_F); sparse: ``inducing_rows_`` (int64
+    rows into the training environments),
     ``inducing_`` (the inducing environments), ``inducing_weights_`` (w, (m,)), ``n_inducing_``
     and ``rank_`` (K_mm eigenvalues kept); ``unit_`` (the ``unit`` fitted with).
     """
@@ -282,6 +296,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
                                reg_energy=lam_e, reg_force=lam_f, floor=self.psd_rtol, rank_rtol=self.rank_rtol)
         self.inducing_weights_, self.rank_, self.n_inducing_ = fit.weights, fit.rank, len(fit.weights)
         self.reg_energy_, self.reg_force_, self.cv_score_ = fit.reg_energy, fit.reg_force, fit.cv_score
+        self.train_molecules_ = molecules
 
     def _query(self, X: Any, caller: str) -> tuple[list[Molecule], np.ndarray | float]:
         if not hasattr(self, "sparse_"):
@@ -333,6 +348,82 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
             base = base + physical.energies
             forces = [f + np.asarray(g) for f, g in zip(forces, physical.forces)]
         return (base + energies, forces) if return_energy else forces
+
+
+    # -- files ---------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted force field to ``path`` (``.npz``, atomically; :mod:`molntk.models.model_files`):
+        the parameters, unit, λ's and training elements as metadata; the training molecules;
+        the dressed-atom model; α_E and α_F (exact) or the inducing rows into the training
+        environments (recomputed by ``load``), w and the rank kept (sparse)."""
+        if not hasattr(self, "sparse_"):
+            raise InputError("SO3ForceFieldRegressor", "save called before fit")
+        meta = {"format": FORMAT, "version": FORMAT_VERSION, "molntk": __version__, "params": self.get_params(),
+                "ids": [m.id for m in self.train_molecules_], "unit": self.unit_, "sparse": self.sparse_,
+                "training_elements": list(self.training_elements_), "reg_energy": self.reg_energy_,
+                "reg_force": self.reg_force_, "cv_score": self.cv_score_}
+        if self.sparse_:
+            fitted = {"inducing_rows": self.inducing_rows_, "inducing_weights": self.inducing_weights_,
+                      "rank": np.asarray(self.rank_, dtype=np.int64)}
+        else:
+            fitted = {"energy_coef": self.energy_coef_, "force_coef": self.force_coef_}
+        return write_model_archive(path, meta, {**fitted, **dressed_atom_arrays(self.dressed_atom_),
+                                                **molecule_arrays(self.train_molecules_)})
+
+    @classmethod
+    def load(cls, path: str | Path) -> SO3ForceFieldRegressor:
+        """Read a force field written by :meth:`save`; a file that is not one (missing,
+        damaged, another format) is a :class:`~molntk.errors.ModelFileError` naming it."""
+        path = Path(path)
+        arrays, meta = read_model_archive(path)
+        check_format(path, meta, FORMAT, FORMAT_VERSION, "SO(3) NTK force field")
+        try:
+            return cls._from_archive(path, arrays, meta)
+        except ModelFileError:
+            raise
+        except (InputError, KeyError, TypeError, ValueError, IndexError) as err:
+            missing = f"missing {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+            raise ModelFileError(str(path), f"damaged model file ({missing})") from None
+
+    @classmethod
+    def _from_archive(cls, path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> SO3ForceFieldRegressor:
+        """The fitted force field held by a model file's arrays and metadata (:meth:`load`)."""
+        params = dict(meta["params"])
+        params["elements"] = tuple(params["elements"])
+        model = cls(**params)
+        model._check_params()
+        model.unit_ = optional_text(meta, "unit")
+        model.sparse_ = bool(meta["sparse"])
+        if model.sparse_ != (model.inducing is not None):
+            raise ModelFileError(str(path), f"inconsistent model file: inducing={model.inducing!r} but "
+                                 f"{'a sparse' if model.sparse_ else 'an exact'} fitted state")
+        model.train_molecules_ = molecules_from_arrays(arrays, meta["ids"])
+        model.training_elements_ = present_elements(arrays["numbers"])
+        model.dressed_atom_ = dressed_atom_from_arrays(arrays)
+        model.reg_energy_, model.reg_force_, model.cv_score_ = meta["reg_energy"], meta["reg_force"], meta["cv_score"]
+        model.kernel_ = model.recipe().molecular_kernel(model.device)
+        if model.sparse_:
+            feats = model.kernel_.describe(model.train_molecules_)  # deterministic: the rows index them as at fit
+            rows = np.asarray(arrays["inducing_rows"], dtype=np.int64)
+            if rows.ndim != 1 or rows.size == 0 or rows.min() < 0 or rows.max() >= feats.n_env:
+                raise ModelFileError(str(path), f"inducing_rows do not index the {feats.n_env} training environments")
+            weights = np.asarray(arrays["inducing_weights"], dtype=np.float64)
+            if weights.shape != rows.shape:
+                raise ModelFileError(str(path), f"{rows.size} inducing rows for {weights.size} inducing weights")
+            model.inducing_rows_, model.inducing_weights_ = rows, weights
+            model.inducing_ = environments_as_molecules(feats, torch.as_tensor(rows))
+            model.rank_, model.n_inducing_ = int(arrays["rank"]), rows.size
+        else:
+            model.energy_coef_ = np.asarray(arrays["energy_coef"], dtype=np.float64)
+            model.force_coef_ = np.asarray(arrays["force_coef"], dtype=np.float64)
+            n_forces = 3 * int(arrays["n_atoms"].sum())
+            if model.energy_coef_.shape != (len(model.train_molecules_),) or model.force_coef_.shape != (n_forces,):
+                raise ModelFileError(str(path), f"damaged model file (coefficients of shapes {model.energy_coef_.shape}, "
+                                     f"{model.force_coef_.shape} for {len(model.train_molecules_)} molecules with "
+                                     f"{n_forces} force components)")
+        model.n_features_in_ = 1
+        return model
 
 
 def solve_joint(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, lam_e: float, lam_f: float) -> np.ndarray:

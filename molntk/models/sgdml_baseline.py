@@ -20,6 +20,13 @@ and force errors: the criterion with which :class:`~molntk.models.force_field.SO
 chooses its noise levels) is refitted on every training frame. ``sigma_at_grid_edge_`` says
 whether the choice fell on an end of the grid (then widen it).
 
+The package solves the (3nM)² force system of M training frames of n atoms by one Cholesky
+factorisation (scipy); it runs on one BLAS thread, because the threaded factorisation of
+scipy's OpenBLAS crashed the process (segmentation fault in the library) on the 27,000²
+system of 1,000 ethanol frames on this project's 2-core machine; a known failure class of
+threaded ``dpotrf`` on large matrices (OpenMathLib/OpenBLAS issues #352, #1413, #2821). Its
+memory is two copies of that matrix: 11.7 GB at M = 1,000 ethanol frames.
+
 Every frame must be the same molecule with its atoms in the same order (an MD trajectory,
 an MD17 file): sGDML compares frames atom by atom. Units are the caller's (positions Å;
 energy and force units consistent, e.g. eV and eV/Å).
@@ -34,6 +41,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
+from threadpoolctl import threadpool_limits
 
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
@@ -111,8 +119,10 @@ class SGDMLForceField(RegressorMixin, BaseEstimator):
             use_sym=self.use_sym, use_E=True, use_E_cstr=False)
 
     def _train(self, R: np.ndarray, E: np.ndarray, F: np.ndarray, sigma: float) -> dict[str, Any]:
-        """A model on these frames with the symmetries of the whole training set (``perms_``)."""
-        return _sgdml()[0].train(self._task(R, E, F, sigma, self.perms_))
+        """A model on these frames with the symmetries of the whole training set (``perms_``),
+        its Cholesky factorisation on one BLAS thread (module docstring)."""
+        with threadpool_limits(limits=1, user_api="blas"):
+            return _sgdml()[0].train(self._task(R, E, F, sigma, self.perms_))
 
     @staticmethod
     def _predict(model: dict[str, Any], R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

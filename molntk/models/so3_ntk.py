@@ -62,12 +62,10 @@ without target, unit or provenance with None, None and {}.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import numbers
 import os
 import time
-import zipfile
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from dataclasses import dataclass
@@ -89,13 +87,14 @@ from molntk.features.inducing import SELECTIONS, environments_as_molecules, indu
 from molntk.features.radial import radial_basis_from_dict
 from molntk.models.delta import baseline_results, check_baseline, check_energy_unit
 from molntk.models.forces import energies_and_forces, kernel_expansion
+from molntk.models.model_files import (check_format, dressed_atom_arrays, dressed_atom_from_arrays, molecule_arrays,
+                                       molecules_from_arrays, optional_text, read_model_archive, write_model_archive)
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.estimator import KernelRegressor
 from molntk.regression.sparse import SPARSE_CRITERIA, SparseKernelRegressor
 from molntk.scale.devices import resolve_device
-from molntk.utils.files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -154,58 +153,6 @@ def as_molecules(X: Any, name: str = "X") -> list[Molecule]:
 def present_elements(numbers: np.ndarray) -> tuple[int, ...]:
     """The distinct atomic numbers among ``numbers``, ascending."""
     return tuple(int(z) for z in np.unique(numbers))
-
-
-#: How files that hold pickled objects begin: a pickle (protocol ≥ 2), a ``.npy`` of objects.
-PICKLED_MAGIC = (b"\x80", b"\x93NUMPY")
-
-
-def _starts_with(path: Path, magic: bytes) -> bool:
-    """Whether the file at ``path`` begins with ``magic``."""
-    with open(path, "rb") as fh:
-        return fh.read(len(magic)) == magic
-
-
-def _optional_text(meta: dict[str, Any], key: str) -> str | None:
-    """``meta[key]``: a string, or None when absent (files from before it was written)."""
-    value = meta.get(key)
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"metadata {key!r} is a {type(value).__name__}, not a string")
-    return value
-
-
-def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays and the JSON metadata of a model file (``numpy.savez``, no pickles);
-    :class:`InputError` naming ``path`` when it is not such a file."""
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise ModelFileError(str(path), "not a molntk model file (a single numpy array, not a model archive)")
-        with loaded as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except ModelFileError:
-        raise
-    except FileNotFoundError:
-        raise ModelFileError(str(path), "file not found") from None
-    except EOFError:
-        raise ModelFileError(str(path), "not a molntk model file (the file is empty)") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        if "allow_pickle" not in str(err):  # numpy's advice comes for every file that is no archive
-            reason = str(err)
-        elif any(_starts_with(path, magic) for magic in PICKLED_MAGIC):
-            reason = "it holds pickled objects, which model files never do"
-        else:
-            reason = "not a .npz archive"
-        raise ModelFileError(str(path), f"not a molntk model file ({reason})") from None
-    if "metadata" not in arrays:
-        raise ModelFileError(str(path), "not a molntk model file (no metadata)")
-    try:
-        meta = json.loads(arrays.pop("metadata").tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ModelFileError(str(path), f"damaged model file (metadata is not JSON: {err})") from None
-    if not isinstance(meta, dict):
-        raise ModelFileError(str(path), "damaged model file (metadata is not a JSON object)")
-    return arrays, meta
 
 
 @dataclass(eq=False, repr=False)
@@ -576,17 +523,7 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         arrays = {f"regressor_{k}": v for k, v in self.regressor_.fitted_arrays().items()}
         if isinstance(self.regressor_, SparseKernelRegressor):
             arrays["inducing_rows"] = np.asarray(self.inducing_rows_, dtype=np.int64)
-        if self.dressed_atom_ is not None:
-            arrays["dressed_atom_coef"] = np.asarray(self.dressed_atom_.coef_)
-            arrays["dressed_atom_intercept"] = np.asarray(self.dressed_atom_.intercept_)
-        arrays["numbers"] = np.concatenate([m.numbers for m in mols]).astype(np.int64)
-        arrays["positions"] = np.concatenate([m.positions for m in mols]).astype(np.float64)
-        arrays["n_atoms"] = np.array([m.n_atoms for m in mols], dtype=np.int64)
-        arrays["metadata"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-        path = Path(path)
-        with atomic_path(path, suffix=".npz") as tmp:
-            np.savez(tmp, **arrays)
-        return path
+        return write_model_archive(path, meta, {**arrays, **dressed_atom_arrays(self.dressed_atom_), **molecule_arrays(mols)})
 
     @classmethod
     def load(cls, path: str | Path) -> SO3NTKRegressor:
@@ -595,10 +532,7 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         kind) is an :class:`InputError` naming the file and the problem."""
         path = Path(path)
         arrays, meta = read_model_archive(path)
-        if meta.get("format") != FORMAT:
-            raise ModelFileError(str(path), f"not a molntk SO(3) NTK model (format {meta.get('format')!r})")
-        if meta.get("version") != FORMAT_VERSION:
-            raise ModelFileError(str(path), f"model format version {meta.get('version')} is not supported (expected {FORMAT_VERSION})")
+        check_format(path, meta, FORMAT, FORMAT_VERSION, "SO(3) NTK model")
         try:
             return cls._from_archive(path, arrays, meta)
         except ModelFileError:
@@ -618,21 +552,13 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         model = cls(**params)
         check_baseline(model.baseline)
         model.device_ = model._resolve_device()  # "auto" resolves on the machine that loads the file
-        ends = np.cumsum(arrays["n_atoms"])
-        model.train_molecules_ = [
-            Molecule(arrays["numbers"][e - n : e], arrays["positions"][e - n : e], id=mol_id)
-            for e, n, mol_id in zip(ends, arrays["n_atoms"], meta["ids"])
-        ]
+        model.train_molecules_ = molecules_from_arrays(arrays, meta["ids"])
         model.training_elements_ = present_elements(arrays["numbers"])
-        model.target_, model.unit_ = _optional_text(meta, "target"), _optional_text(meta, "unit")
+        model.target_, model.unit_ = optional_text(meta, "target"), optional_text(meta, "unit")
         model.provenance_ = meta.get("provenance") or {}  # files from before provenance: none
         if not isinstance(model.provenance_, dict):
             raise ModelFileError(str(path), f"damaged model file (provenance is a {type(model.provenance_).__name__}, not a JSON object)")
-        model.dressed_atom_ = None
-        if "dressed_atom_coef" in arrays:
-            model.dressed_atom_ = DressedAtomModel()
-            model.dressed_atom_.coef_ = arrays["dressed_atom_coef"]
-            model.dressed_atom_.intercept_ = arrays["dressed_atom_intercept"]
+        model.dressed_atom_ = dressed_atom_from_arrays(arrays)
         state = {k.removeprefix("regressor_"): v for k, v in arrays.items() if k.startswith("regressor_")}
         sparse = str(state.get("solver", "")) == "sparse"
         if sparse != (model.inducing is not None) or sparse != ("inducing_rows" in arrays):

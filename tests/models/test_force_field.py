@@ -177,3 +177,33 @@ def test_a_delta_force_field_is_the_baseline_plus_a_force_field_of_the_residuals
         SO3ForceFieldRegressor(baseline="gfn2-xtb", **PARAMS).fit(train, e[:4], [f[i] for i in range(4)])
     with pytest.raises(InputError, match="baseline_results"):
         SO3ForceFieldRegressor(**PARAMS).fit(train, e[:4], [f[i] for i in range(4)], baseline_results=physical)
+
+
+def test_a_saved_force_field_loads_and_predicts_the_same(tiny, sample, tmp_path):
+    """save → load gives the same energies and forces on unseen frames, bit for bit (the same
+    arrays and parameters, the same code); the file is refused with the reason when it is not
+    a force field, or is damaged."""
+    model, _, _, _ = tiny
+    mols = sample[0]
+    test = [mols[i] for i in (3, 40)]
+    path = model.save(tmp_path / "ethanol.molntk.npz")
+    loaded = SO3ForceFieldRegressor.load(path)
+    assert loaded.get_params() == model.get_params() and not loaded.sparse_
+    assert (loaded.reg_energy_, loaded.reg_force_) == (model.reg_energy_, model.reg_force_)
+    e0, f0 = model.predict_forces(test, return_energy=True)
+    e1, f1 = loaded.predict_forces(test, return_energy=True)
+    assert np.array_equal(e0, e1) and all(np.array_equal(a, b) for a, b in zip(f0, f1))
+    assert np.array_equal(loaded.predict(test), model.predict(test))
+
+    from molntk.errors import ModelFileError
+    energy_model = tmp_path / "energy.molntk.npz"
+    SO3NTKRegressor(reg=1e-3, **PARAMS).fit(test, sample[1][[3, 40]]).save(energy_model)
+    with pytest.raises(ModelFileError, match="not a molntk SO\\(3\\) NTK force field"):
+        SO3ForceFieldRegressor.load(energy_model)
+    arrays = dict(np.load(path))
+    arrays["force_coef"] = arrays["force_coef"][:-3]
+    np.savez(tmp_path / "cut.npz", **arrays)
+    with pytest.raises(ModelFileError, match="cut.npz.*damaged.*coefficients of shapes"):
+        SO3ForceFieldRegressor.load(tmp_path / "cut.npz")
+    with pytest.raises(InputError, match="save called before fit"):
+        SO3ForceFieldRegressor().save(tmp_path / "x.npz")

@@ -137,3 +137,26 @@ def test_bad_sparse_parameters_are_input_errors(sample):
                          ({"inducing": 5, "reg_energy": 0.0, "reg_force": 1.0}, "reg_energy")):
         with pytest.raises(InputError, match=name):
             _fit(*data, **params)
+
+
+def test_a_saved_sparse_force_field_loads_and_predicts_the_same(sample, tmp_path):
+    """The sparse model's file stores the inducing rows, not the environments: load recomputes
+    the training molecules' feature maps and takes the same rows, so the predictions are the
+    same bit for bit; rows that do not index the training environments are refused."""
+    mols, e, f = sample
+    idx = [0, 9, 18, 27]
+    model = _fit([mols[i] for i in idx], e[idx], [f[i] for i in idx], inducing=20, reg_energy=1e-3, reg_force=1e-2)
+    path = model.save(tmp_path / "sparse.molntk.npz")
+    loaded = SO3ForceFieldRegressor.load(path)
+    assert loaded.sparse_ and loaded.n_inducing_ == 20 and loaded.rank_ == model.rank_
+    test = [mols[i] for i in (5, 33)]
+    e0, f0 = model.predict_forces(test, return_energy=True)
+    e1, f1 = loaded.predict_forces(test, return_energy=True)
+    assert np.array_equal(e0, e1) and all(np.array_equal(a, b) for a, b in zip(f0, f1))
+
+    from molntk.errors import ModelFileError
+    arrays = dict(np.load(path))
+    arrays["inducing_rows"] = arrays["inducing_rows"] + 1000
+    np.savez(tmp_path / "bad_rows.npz", **arrays)
+    with pytest.raises(ModelFileError, match="inducing_rows do not index the 36 training environments"):
+        SO3ForceFieldRegressor.load(tmp_path / "bad_rows.npz")

@@ -76,3 +76,42 @@ def test_a_tiny_run_writes_its_files_and_force_training_beats_energy_training_on
     assert by["so3-ntk-forces", 8]["force_mae"] < by["so3-ntk-energy", 8]["force_mae"]
     assert {"reg_energy_", "reg_force_"} <= set(by["so3-ntk-forces", 8]["chosen"])
     assert by["sgdml", 8]["chosen"]["sigma_"] == 20.0
+
+
+def test_a_failing_fit_is_reported_the_others_go_on_and_a_rerun_fits_only_what_is_missing(tmp_path, monkeypatch):
+    """sGDML's σ search cannot hold out 10 % of 4 frames (InputError inside that fit): the
+    fit at n_train 4 is reported, the one at 8 runs. A rerun finds the stored record of the
+    fit at 8 (the same numbers, no fit) and tries the failed one again."""
+    from molntk.pipelines.md import run as md_run
+
+    config = TASKS.load(write_config(tmp_path, (
+        "split: {n_train: [4, 8], n_test: 4, seed: 0}\n"
+        "models: {so3_forces: null, so3_energy: null, sgdml: {sigmas: [10.0, 20.0], validation_fraction: 0.1}}\n")),
+        [f"output={tmp_path / 'out'}"])
+    first = TASKS[config.task].run(config, "md.yaml")
+    assert [(f["model"], f["n_train"]) for f in first["failed_fits"]] == [("sgdml", 4)]
+    assert "too few to hold out" in first["failed_fits"][0]["error"]
+    assert [(r["model"], r["n_train"]) for r in first["results"]] == [("sgdml", 8)]
+    assert len(list((tmp_path / "out" / "fit_cache").glob("*.json"))) == 1
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["failed_fits"] == first["failed_fits"]
+
+    calls = []
+    real = md_run.evaluate
+    monkeypatch.setattr(md_run, "evaluate", lambda name, estimator, data, energies, train, *rest:
+                        calls.append(len(train)) or real(name, estimator, data, energies, train, *rest))
+    again = TASKS[config.task].run(config, "md.yaml")
+    assert calls == [4]  # the stored fit at 8 is not made again; the failed one is tried again
+    assert again["results"][0]["force_mae"] == pytest.approx(first["results"][0]["force_mae"], rel=1e-15)
+
+
+def test_without_the_cache_nothing_is_stored_and_a_run_whose_every_fit_fails_says_so(tmp_path):
+    from molntk.errors import MolntkError
+
+    config = TASKS.load(write_config(tmp_path, (
+        "split: {n_train: [4], n_test: 4, seed: 0}\ncache: false\n"
+        "models: {so3_forces: null, so3_energy: null, sgdml: {sigmas: [10.0, 20.0], validation_fraction: 0.1}}\n")),
+        [f"output={tmp_path / 'out'}"])
+    with pytest.raises(MolntkError, match=r"every fit failed: sgdml at n_train 4: InputError.*too few"):
+        TASKS[config.task].run(config, "md.yaml")
+    assert not (tmp_path / "out" / "fit_cache").exists() and not (tmp_path / "out" / "report.json").exists()

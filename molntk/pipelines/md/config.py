@@ -88,7 +88,8 @@ class MDComputeConfig(Section):
 class MDForceFieldConfig(TaskConfig):
     """``task: md-force-field``: force fields on the frames of one molecule, learning curves
     of energy and force errors, the SO(3) NTK beside sGDML; ``output``: default
-    ``results/<name>/``."""
+    ``results/<name>/``; ``cache``: store each fit's record as it finishes, so that a killed
+    run, rerun with the same command, fits only what it had not."""
 
     task: Literal["md-force-field"]
     data: MDDataConfig = MDDataConfig()
@@ -96,3 +97,4 @@ class MDForceFieldConfig(TaskConfig):
     models: MDModelsConfig = MDModelsConfig()
     compute: MDComputeConfig = MDComputeConfig()
     output: UserPath | None = None
+    cache: bool = Field(default=True, description="keep each fit's record in <output>/fit_cache: a killed run resumes")

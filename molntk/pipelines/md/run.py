@@ -13,12 +13,13 @@ from sklearn.base import clone
 
 from molntk.data.labelled import LabelledData, read_labelled
 from molntk.data.md import md_cache_dir
-from molntk.errors import InputError
+from molntk.errors import InputError, MolntkError
 from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.models.sgdml_baseline import SGDMLForceField
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, write_metrics_csv, write_report
 from molntk.pipelines.md.config import MDForceFieldConfig
+from molntk.pipelines.md.fits import FOLDER, FitStore
 from molntk.regression.metrics import mae, rmse
 from molntk.scale.devices import torch_threads
 from molntk.scale.progress import Progress
@@ -102,7 +103,10 @@ def chosen_hyperparameters(estimator: Any) -> dict[str, Any]:
 
 def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progress | None = None) -> dict[str, Any]:
     """Run the learning curves, write the files and return ``{"output", "results", "data",
-    "failures", "wall_seconds"}``; ``progress("fits", done, total)`` after each fit."""
+    "failures", "failed_fits", "wall_seconds"}``; ``progress("fits", done, total)`` after
+    each fit. Each fit's record is stored as it finishes (:mod:`~molntk.pipelines.md.fits`,
+    ``cache: true``): a rerun resumes. A fit that raises is reported in ``failed_fits``
+    ({model, n_train, error}) and the others go on; MolntkError when every fit failed."""
     start = time.perf_counter()
     out = output_dir(config.name, config.output)  # checked before any work
     models = estimators(config)
@@ -110,13 +114,30 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     data = read_labelled(path, [config.data.energy_key], forces=True)
     energies = np.asarray(data.targets[config.data.energy_key], dtype=np.float64)
     test, pool = split(config, len(data.molecules))
+    store = FitStore(out / FOLDER if config.cache else None, path,
+                     {"energy_key": config.data.energy_key, "energy_unit": config.data.energy_unit,
+                      "seed": config.split.seed, "n_test": config.split.n_test})
     runs = [(n, name) for n in config.split.n_train for name in models]
     records: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
     with torch_threads(config.compute.threads):
         for done, (n, name) in enumerate(runs):
-            records.append(evaluate(name, clone(models[name]), data, energies, pool[:n], test, config.data.energy_unit))
+            params = models[name].get_params(deep=False)
+            record = store.load(name, params, n)
+            if record is None:
+                try:
+                    record = evaluate(name, clone(models[name]), data, energies, pool[:n], test, config.data.energy_unit)
+                except Exception as err:  # a batch job: report the fit, go on with the others
+                    failed.append({"model": name, "n_train": n, "error": f"{type(err).__name__}: {err}"})
+                else:
+                    store.save(name, params, n, record)
+            if record is not None:
+                records.append(record)
             if progress is not None:
                 progress("fits", done + 1, len(runs))
+    if not records:
+        raise MolntkError("md-force-field: every fit failed: " + "; ".join(
+            f"{f['model']} at n_train {f['n_train']}: {f['error']}" for f in failed))
     described = {"file": str(path), "n_frames": len(data.molecules), "formula": data.molecules[0].formula,
                  "n_atoms": data.molecules[0].n_atoms, "energy_key": config.data.energy_key}
     failures = [failure.message for failure in data.failures]
@@ -128,7 +149,8 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
                             filename="learning_curve_forces.png")
         wall = time.perf_counter() - start
         write_report(stage, config=config.to_dict(), records=records,
-                     extra={"data": described, "read_failures": failures, "test_frames": test.tolist(),
-                            "wall_seconds": wall})
+                     extra={"data": described, "read_failures": failures, "failed_fits": failed,
+                            "test_frames": test.tolist(), "wall_seconds": wall})
         write_metrics_csv(stage, [{k: v for k, v in r.items() if k != "chosen"} for r in records])
-    return {"output": str(out), "results": records, "data": described, "failures": failures, "wall_seconds": wall}
+    return {"output": str(out), "results": records, "data": described, "failures": failures, "failed_fits": failed,
+            "wall_seconds": wall}

@@ -1,0 +1,54 @@
+"""The fits of ``task: md-force-field`` kept on disk as each finishes, so a killed run resumes.
+
+A record is stored as ``<output>/fit_cache/<key>.json`` with
+
+    key = sha256(json{frames: SHA-256 of the frames' file, energy key and unit, split seed,
+                      n_test, model name, the estimator's parameters, n_train, molntk version})
+
+the content that determines it; written atomically (whole or absent). A rerun of the same
+config finds the records of the fits it already made and fits only the rest; a record
+whose file is unreadable is fitted again. Its ``fit_seconds`` and ``predict_seconds`` are
+those of the run that made it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from molntk._version import __version__
+from molntk.pipelines.files import jsonable
+from molntk.utils.files import atomic_write_json, sha256_file
+
+#: The folder of the stored fits inside the output folder.
+FOLDER = "fit_cache"
+
+
+class FitStore:
+    """Records of the fits of one run's frames and split (``base``: the key material they
+    share) under ``folder``; ``folder=None`` stores nothing (``cache: false``)."""
+
+    def __init__(self, folder: Path | None, frames: Path, base: dict[str, Any]) -> None:
+        self.folder = folder
+        self.base = {**base, "frames_sha256": sha256_file(frames), "molntk": __version__} if folder else base
+
+    def _path(self, folder: Path, model: str, params: dict[str, Any], n_train: int) -> Path:
+        material = json.dumps(jsonable({**self.base, "model": model, "params": params, "n_train": n_train}),
+                              sort_keys=True)
+        return folder / f"{hashlib.sha256(material.encode()).hexdigest()[:40]}.json"
+
+    def load(self, model: str, params: dict[str, Any], n_train: int) -> dict[str, Any] | None:
+        """The stored record of this fit, or None (none stored, unreadable, or no store)."""
+        if self.folder is None:
+            return None
+        try:
+            return json.loads(self._path(self.folder, model, params, n_train).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def save(self, model: str, params: dict[str, Any], n_train: int, record: dict[str, Any]) -> None:
+        """Store ``record`` atomically (nothing without a store)."""
+        if self.folder is not None:
+            atomic_write_json(self._path(self.folder, model, params, n_train), jsonable(record))

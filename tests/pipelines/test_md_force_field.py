@@ -26,13 +26,13 @@ def write_config(tmp_path: Path, text: str) -> Path:
 
 def test_the_split_is_disjoint_seeded_and_nested(tmp_path):
     config = TASKS.load(write_config(tmp_path, "split: {n_train: [10, 30], n_test: 40, seed: 3}\n"))
-    test, pool = split(config, 100)
+    test, pool = split(config.split, 100)
     assert len(test) == 40 and len(pool) == 60
     assert not set(test) & set(pool) and set(test) | set(pool) == set(range(100))
-    again, _ = split(config, 100)
+    again, _ = split(config.split, 100)
     assert np.array_equal(test, again)
     with pytest.raises(InputError, match=r"split\.n_train.*need 80 frames; the data has 70"):
-        split(TASKS.load(write_config(tmp_path, "split: {n_train: [40], n_test: 40}\n")), 70)
+        split(TASKS.load(write_config(tmp_path, "split: {n_train: [40], n_test: 40}\n")).split, 70)
 
 
 @pytest.mark.parametrize("text, key", [

@@ -18,7 +18,7 @@ from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.models.sgdml_baseline import SGDMLForceField
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, write_metrics_csv, write_report
-from molntk.pipelines.md.config import MDForceFieldConfig
+from molntk.pipelines.md.config import MDForceFieldConfig, MDSplitConfig
 from molntk.pipelines.md.fits import FOLDER, FitStore
 from molntk.regression.metrics import mae, rmse
 from molntk.scale.devices import torch_threads
@@ -59,14 +59,14 @@ def estimators(config: MDForceFieldConfig) -> dict[str, Any]:
     return out
 
 
-def split(config: MDForceFieldConfig, n_frames: int) -> tuple[np.ndarray, np.ndarray]:
-    """(test frames, training pool in order) of the seeded permutation (MDSplitConfig)."""
-    need = config.split.n_train[-1] + config.split.n_test
+def split(config: MDSplitConfig, n_frames: int) -> tuple[np.ndarray, np.ndarray]:
+    """(test frames, training pool in order) of the seeded permutation (:class:`MDSplitConfig`)."""
+    need = config.n_train[-1] + config.n_test
     if need > n_frames:
-        raise InputError("split.n_train", f"the largest n_train {config.split.n_train[-1]} and n_test "
-                         f"{config.split.n_test} need {need} frames; the data has {n_frames}")
-    order = np.random.default_rng(config.split.seed).permutation(n_frames)
-    return order[: config.split.n_test], order[config.split.n_test:]
+        raise InputError("split.n_train", f"the largest n_train {config.n_train[-1]} and n_test "
+                         f"{config.n_test} need {need} frames; the data has {n_frames}")
+    order = np.random.default_rng(config.seed).permutation(n_frames)
+    return order[: config.n_test], order[config.n_test:]
 
 
 def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray, train: np.ndarray,
@@ -113,7 +113,7 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     path = frames_path(config)
     data = read_labelled(path, [config.data.energy_key], forces=True)
     energies = np.asarray(data.targets[config.data.energy_key], dtype=np.float64)
-    test, pool = split(config, len(data.molecules))
+    test, pool = split(config.split, len(data.molecules))
     store = FitStore(out / FOLDER if config.cache else None, path,
                      {"energy_key": config.data.energy_key, "energy_unit": config.data.energy_unit,
                       "seed": config.split.seed, "n_test": config.split.n_test})

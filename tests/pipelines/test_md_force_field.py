@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from molntk.config import ConfigValidationError
+from molntk.data.labelled import read_labelled
 from molntk.errors import InputError
-from molntk.pipelines.md.run import split
+from molntk.pipelines.md.run import estimators, split
 from molntk.pipelines.tasks import TASKS
 
 pytest.importorskip("sgdml", reason="the sGDML baseline needs the optional package sgdml (molntk[md])")
@@ -115,3 +116,22 @@ def test_without_the_cache_nothing_is_stored_and_a_run_whose_every_fit_fails_say
     with pytest.raises(MolntkError, match=r"every fit failed: sgdml at n_train 4: InputError.*too few"):
         TASKS[config.task].run(config, "md.yaml")
     assert not (tmp_path / "out" / "fit_cache").exists() and not (tmp_path / "out" / "report.json").exists()
+
+
+def test_fchl19_is_off_by_default_and_a_tiny_run_with_it_beats_zero_forces(tmp_path):
+    """FCHL19 (qmllib) only where the config names it; alone on 4 and 8 frames (one σ, the
+    default λ grid searched on a quarter of them), its forces on 6 test frames beat zero."""
+    assert TASKS.load(write_config(tmp_path, "")).models.fchl19 is None
+    assert "fchl19" not in estimators(TASKS.load(write_config(tmp_path, "")))
+    pytest.importorskip("qmllib", reason="the FCHL19 baseline needs the optional package qmllib (molntk[baselines])")
+    config = TASKS.load(write_config(tmp_path, (
+        "split: {n_train: [4, 8], n_test: 6, seed: 0}\n"
+        "models: {so3_forces: null, so3_energy: null, sgdml: null,"
+        " fchl19: {sigmas: [8.0], validation_fraction: 0.25}}\n")), [f"output={tmp_path / 'out'}"])
+    result = TASKS[config.task].run(config, "md.yaml")
+    by = {(r["model"], r["n_train"]): r for r in result["results"]}
+    assert set(by) == {("fchl19", 4), ("fchl19", 8)}
+    assert by["fchl19", 8]["chosen"]["sigma_"] == 8.0 and "reg_relative_" in by["fchl19", 8]["chosen"]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    test_forces = np.concatenate([read_labelled(SAMPLE, ["energy"], forces=True).forces[i] for i in report["test_frames"]])
+    assert by["fchl19", 8]["force_mae"] < 0.5 * np.abs(test_forces).mean()

@@ -14,6 +14,7 @@ from sklearn.base import clone
 from molntk.data.labelled import LabelledData, read_labelled
 from molntk.data.md import md_cache_dir
 from molntk.errors import InputError, MolntkError
+from molntk.models.fchl19_force_field import FCHL19ForceField
 from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.models.sgdml_baseline import SGDMLForceField
 from molntk.models.so3_ntk import SO3NTKRegressor
@@ -56,6 +57,9 @@ def estimators(config: MDForceFieldConfig) -> dict[str, Any]:
     if models.sgdml is not None:
         out["sgdml"] = SGDMLForceField(sigmas=tuple(models.sgdml.sigmas), use_sym=models.sgdml.use_sym,
                                        validation_fraction=models.sgdml.validation_fraction, seed=config.split.seed)
+    if models.fchl19 is not None:
+        out["fchl19"] = FCHL19ForceField(sigmas=tuple(models.fchl19.sigmas), lambdas=tuple(models.fchl19.lambdas),
+                                         validation_fraction=models.fchl19.validation_fraction, seed=config.split.seed)
     return out
 
 

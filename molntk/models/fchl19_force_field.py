@@ -1,0 +1,322 @@
+"""FCHL19 with force kernels, the second force-field baseline of the SO(3) NTK force fields
+(optional package ``qmllib``).
+
+    from molntk.models.fchl19_force_field import FCHL19ForceField
+    model = FCHL19ForceField().fit(frames, energies, forces)
+    energies = model.predict(new_frames);  forces = model.predict_forces(new_frames)
+
+The "GP" form of FCHL19 (Christensen, Bratholm, Faber, von Lilienfeld, J. Chem. Phys. 152,
+044107, 2020), through qmllib: a Gaussian process on the energy of a molecule whose kernel
+is the local FCHL19 kernel
+
+    k(x, x') = Σ_{i ∈ x} Σ_{j ∈ x'} [Z_i = Z_j] exp(−‖q_i − q'_j‖² / (2σ²)),
+
+q_i the FCHL19 vector of atom i (``generate_fchl19`` with qmllib's default hyperparameters,
+element channels those of the training molecules: the channels of absent elements are zero,
+so the kernel is that of qmllib's default element list, computed on a shorter vector),
+conditioned jointly on the energies and the forces of M training molecules. With the
+training labels y = [E_b − e_0(x_b); F_{b,c}] (b a molecule, c one of its 3n_b force
+components) the model is
+
+    E(x) = e_0(x) + Σ_b α_b k(x, x_b) + Σ_{b,c} β_{b,c} ∂k(x, x_b)/∂(−r_{b,c}),
+    F(x) = −∇_r E(x),
+    ([[K_EE, K_EF], [K_FE, K_FF]] + λ I) [α; β] = y,
+
+K_EE = k(x_a, x_b), K_EF = −∂k/∂r_b, K_FF = ∂²k/∂r_a∂r_b: the covariances of energies and
+forces under the prior E ~ GP(0, k); qmllib's ``get_symmetric_gp_kernel`` (training) and
+``get_gp_kernel`` (query × training) compute these blocks analytically from the
+representations' gradients. qmllib's sign convention, checked by finite differences in the
+tests: its gradient blocks are derivatives with respect to −r, i.e. covariances with the
+*forces*, so the labels are the forces themselves (not −F). The energy of a query (``predict``)
+needs only its rows of K_EE (``get_local_kernel``) and K_EF (``get_local_gradient_kernel``,
+the training molecules' gradients); its forces need the Hessian block as well.
+e_0 are dressed atoms: per-element energies least-squares fitted to the training energies
+(on frames of one molecule, the training mean).
+
+σ and λ are chosen on held-out training frames: a seeded ``validation_fraction`` of the
+training molecules is held out, a model fitted on the rest for each (σ, λ), and the pair
+with the lowest criterion mean(r_E²)/mean((E − e_0)²) + mean(r_F²)/mean(F²) (e_0 fitted on
+the rest; on one molecule mean((E − Ē)²): the criterion of
+:class:`~molntk.models.sgdml_baseline.SGDMLForceField`) is refitted on every training
+molecule. λ is relative: λ = ``lambdas`` × mean(diag K), so one grid fits every σ and size.
+The σ grid is wide and doubling: on ethanol the FCHL19 distances ‖q_i − q_j‖ between
+same-element environments run from 0.07 to 2.2 (an atom in two frames: median 0.25; two
+atoms of one element: median 0.6); the grid spans the local regime (σ ≈ 0.5, about those
+distances) to far beyond them (σ = 64, where the kernel tends to a low-order polynomial in
+q and only λ limits it; qmllib suggests σ ≈ 21 for FCHL19 kernel ridge), and factors of two
+suffice since the criterion varies slowly in log σ. ``sigma_at_grid_edge_`` says whether the
+choice fell on an end of the grid (then widen it). Every σ is a new kernel; λ costs one
+Cholesky each. Small λ with large σ gives large coefficients of both signs (|c| ~ 1e5 at
+σ = 8, λ = 1e-8: an energy a sum of ±1e8 eV terms), accurate but only to ~1e-8 eV.
+
+Cost: the training kernel has (M(1 + 3n))² entries (float64: 6.3 GB for 1,000 frames of a
+9-atom molecule, 33 GB for 21 atoms) and qmllib computes its Hessian block with ~P·d²·3n
+operations per pair of molecules (P same-element atom pairs, d = 312 for H, C, O), so the
+fit grows as M² per σ and prediction of forces as M_query·M: on one core, 40 ethanol frames'
+kernel takes ≈ 10 s, forces of 50 frames from 50 training frames ≈ 30 s (energies alone,
+without the Hessian block, ≈ 1 s). Molecules may differ (the kernel is local; shorter ones
+are zero padded); units are the caller's (positions Å, forces in energy unit per Å).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+from sklearn.base import BaseEstimator, RegressorMixin
+
+from molntk.data.molecule import Molecule
+from molntk.errors import InputError
+from molntk.models.so3_ntk import as_molecules
+
+logger = logging.getLogger(__name__)
+
+#: σ grid of the validation search (module docstring: wide, doubling).
+SIGMAS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+#: λ grid, relative to mean(diag K) (noise-free labels: the regularisation is numerical).
+LAMBDAS: tuple[float, ...] = (1e-10, 1e-8, 1e-6, 1e-4)
+
+
+@functools.cache
+def _qmllib() -> tuple[Any, Any]:
+    """qmllib's representations and kernels modules (InputError naming the extra when the
+    package is missing)."""
+    try:
+        from qmllib import kernels, representations
+    except ImportError as exc:  # pragma: no cover - the dev install has it
+        raise InputError("qmllib", "the FCHL19 force field needs the package qmllib: "
+                         'pip install "molntk[baselines]"') from exc
+    return representations, kernels
+
+
+class _Reps:
+    """FCHL19 vectors X (M, n_max, d), their gradients dX (M, n_max, d, n_max, 3) (zero
+    padded to the largest molecule) and the atomic numbers Q of the molecules."""
+
+    def __init__(self, molecules: list[Molecule], elements: tuple[int, ...]) -> None:
+        generate = _qmllib()[0].generate_fchl19
+        pad = max(m.n_atoms for m in molecules)
+        pairs = [generate(m.numbers, m.positions, elements=list(elements), pad=pad, gradients=True) for m in molecules]
+        self.X = np.ascontiguousarray([p[0] for p in pairs], dtype=np.float64)
+        self.dX = np.ascontiguousarray([p[1] for p in pairs], dtype=np.float64)
+        self.Q = [m.numbers.astype(np.int32) for m in molecules]
+
+    def take(self, rows: np.ndarray) -> _Reps:
+        out = object.__new__(_Reps)
+        out.X, out.dX = self.X[rows], self.dX[rows]
+        out.Q = [self.Q[i] for i in rows]
+        return out
+
+
+def training_kernel(reps: _Reps, sigma: float) -> np.ndarray:
+    """The joint kernel [[K_EE, K_EF], [K_FE, K_FF]] of molecules ``reps``: (M + 3N)², N the
+    total number of atoms; the rows: the M energies, then each molecule's forces (atom by
+    atom, x y z)."""
+    return _qmllib()[1].get_symmetric_gp_kernel(reps.X, reps.dX, reps.Q, float(sigma))
+
+
+def query_kernel(train: _Reps, query: _Reps, sigma: float) -> np.ndarray:
+    """Rows: the query molecules' energies then forces (as :func:`training_kernel`);
+    columns: the training labels."""
+    return _qmllib()[1].get_gp_kernel(train.X, query.X, train.dX, query.dX, train.Q, query.Q, float(sigma))
+
+
+def energy_kernel(train: _Reps, query: _Reps, sigma: float) -> np.ndarray:
+    """The energy rows of :func:`query_kernel`, without the query gradients: K_EE (qmllib's
+    local kernel) beside K_EF (its gradient kernel on the training molecules)."""
+    kernels = _qmllib()[1]
+    k_ee = kernels.get_local_kernel(train.X, query.X, train.Q, query.Q, float(sigma))  # (M_query, M_train)
+    # (3N_train, M_query): the forces of the training molecules against the query energies
+    k_ef = kernels.get_local_gradient_kernel(query.X, train.X, train.dX, query.Q, train.Q, float(sigma))
+    return np.hstack([k_ee, k_ef.T])
+
+
+def _restore(K: np.ndarray, diagonal: np.ndarray) -> None:
+    """K symmetric again after a Cholesky factorisation overwrote its lower triangle in place
+    (the upper triangle is intact; the diagonal is given), a block of columns at a time."""
+    block = 1024
+    for j in range(0, len(K), block):
+        end = j + block
+        K[end:, j:end] = K[j:end, end:].T
+        upper = np.triu(K[j:end, j:end], 1)
+        K[j:end, j:end] = upper + upper.T
+    K[np.diag_indices_from(K)] = diagonal
+
+
+def _solve(K: np.ndarray, y: np.ndarray, reg: float, diagonal: np.ndarray) -> np.ndarray | None:
+    """(K + reg I)⁻¹ y by one Cholesky factorisation in place (no copy of K: the kernel is
+    the memory of the model), K restored afterwards (``diagonal``: its diagonal); None where
+    K + reg I is not positive definite in floating point (reg too small for the kernel's
+    conditioning)."""
+    K[np.diag_indices_from(K)] = diagonal + reg
+    try:
+        factor = scipy.linalg.cho_factor(K, lower=True, overwrite_a=True, check_finite=False)
+        return scipy.linalg.cho_solve(factor, y, check_finite=False)
+    except np.linalg.LinAlgError:
+        return None
+    finally:
+        _restore(K, diagonal)
+
+
+def _counts(numbers: Sequence[np.ndarray], elements: tuple[int, ...]) -> np.ndarray:
+    """Atoms of each element per molecule (M, len(elements))."""
+    return np.array([[np.count_nonzero(z == e) for e in elements] for z in numbers], dtype=np.float64)
+
+
+class FCHL19ForceField(RegressorMixin, BaseEstimator):
+    """FCHL19 with force kernels through ``qmllib`` (module docstring): ``sigmas`` (the kernel
+    width grid, or one value), ``lambdas`` (the regularisation grid relative to mean(diag K),
+    or one value), ``validation_fraction`` and ``seed`` (the held-out molecules of the
+    search). On one core, 50 training frames of ethanol (the committed sample) fit in ≈ 140 s
+    with the default 8 × 4 grid (≈ 17 s per σ) and predict 50 frames' forces in ≈ 30 s.
+
+    Fitted attributes: ``sigma_``, ``sigma_at_grid_edge_``, ``reg_relative_`` (λ chosen,
+    relative), ``reg_`` (λ absolute), ``reg_at_grid_edge_``, ``search_`` ((σ, λ relative) →
+    validation criterion), ``elements_`` (the training elements), ``atom_energies_`` (the
+    dressed atoms e_0, per element of ``elements_``), ``coef_`` ([α; β]).
+    """
+
+    def __init__(self, sigmas: Sequence[float] = SIGMAS, lambdas: Sequence[float] = LAMBDAS,
+                 validation_fraction: float = 0.2, seed: int = 0) -> None:
+        self.sigmas = sigmas
+        self.lambdas = lambdas
+        self.validation_fraction = validation_fraction
+        self.seed = seed
+
+    # ------------------------------------------------------------------ input
+    @staticmethod
+    def _grid(values: Any, name: str, what: str) -> list[float]:
+        try:
+            grid = [float(v) for v in np.atleast_1d(np.asarray(values, dtype=np.float64))]
+        except (TypeError, ValueError) as exc:
+            raise InputError(name, f"must be {what}, got {values!r}") from exc
+        if not grid or not all(np.isfinite(grid)) or min(grid) <= 0:
+            raise InputError(name, f"must be {what}, got {values!r}")
+        return grid
+
+    def _molecules(self, X: Any, name: str = "X", check_elements: bool = True) -> list[Molecule]:
+        molecules = as_molecules(X, name)
+        if not molecules:
+            raise InputError(name, "no molecules")
+        if check_elements:
+            for i, m in enumerate(molecules):
+                extra = sorted(set(m.numbers.tolist()) - set(self.elements_))
+                if extra:
+                    raise InputError(f"{name}[{i}]", f"elements {extra} are not among the training elements "
+                                     f"{list(self.elements_)}")
+        return molecules
+
+    # ------------------------------------------------------------------ fitting
+    def _fit_labels(self, reps: _Reps, E: np.ndarray, F: list[np.ndarray], sigma: float,
+                    lambdas: list[float], escalate: bool = False
+                    ) -> tuple[np.ndarray, list[tuple[np.ndarray | None, float, float]]]:
+        """Dressed atoms on these molecules and, for each λ relative, the coefficients [α; β]
+        (None where K + λI is not positive definite), λ relative and λ absolute; ``escalate``: raise
+        such a λ a hundredfold until it is, with a warning, instead."""
+        counts = _counts(reps.Q, self.elements_)
+        atom_energies = np.linalg.lstsq(counts, E, rcond=None)[0]
+        y = np.concatenate([E - counts @ atom_energies] + [f.ravel() for f in F])
+        K = training_kernel(reps, sigma)
+        diagonal = K.diagonal().copy()
+        scale = float(np.mean(diagonal))
+        out = []
+        for lam in lambdas:
+            coef = _solve(K, y, lam * scale, diagonal)
+            while coef is None and escalate and lam < 1.0:
+                logger.warning("FCHL19 force field: K + λI is not positive definite at λ = %.3g × mean(diag K) "
+                               "(σ = %g); raising λ a hundredfold", lam, sigma)
+                lam *= 100.0
+                coef = _solve(K, y, lam * scale, diagonal)
+            if coef is None and escalate:
+                raise InputError("lambdas", f"K + λI is not positive definite even at λ = {lam:g} × mean(diag K) "
+                                 f"(σ = {sigma:g}): the kernel is not finite or not a kernel")
+            out.append((coef, lam, lam * scale))
+        return atom_energies, out
+
+    def fit(self, X: Any, energies: Any, forces: Sequence[Any]) -> FCHL19ForceField:
+        """Fit on molecules X (frames), their energies (M,) and forces (M × (n, 3))."""
+        sigmas = self._grid(self.sigmas, "sigmas", "positive finite kernel widths")
+        lambdas = self._grid(self.lambdas, "lambdas", "positive finite relative regularisations")
+        if not 0 < self.validation_fraction < 1:
+            raise InputError("validation_fraction",
+                             f"must lie strictly between 0 and 1, got {self.validation_fraction!r}")
+        molecules = self._molecules(X, check_elements=False)
+        E = np.asarray(energies, dtype=np.float64)
+        if E.shape != (len(molecules),) or not np.all(np.isfinite(E)):
+            raise InputError("energies",
+                             f"must be {len(molecules)} finite numbers, one per molecule, got shape {E.shape}")
+        if isinstance(forces, np.ndarray) and forces.ndim == 3:
+            forces = list(forces)
+        if not isinstance(forces, Sequence) or len(forces) != len(molecules):
+            raise InputError("forces", f"must be {len(molecules)} arrays (n, 3), one per molecule, got "
+                             f"{len(forces) if isinstance(forces, Sequence) else type(forces).__name__}")
+        F = [np.asarray(f, dtype=np.float64) for f in forces]
+        for i, (f, m) in enumerate(zip(F, molecules)):
+            if f.shape != (m.n_atoms, 3) or not np.all(np.isfinite(f)):
+                raise InputError(f"forces[{i}]", f"must be finite, of shape ({m.n_atoms}, 3), got {f.shape}")
+        self.elements_ = tuple(int(z) for z in np.unique(np.concatenate([m.numbers for m in molecules])))
+        reps = _Reps(molecules, self.elements_)
+        self.search_ = {}
+        if len(sigmas) * len(lambdas) > 1:
+            n_val = int(round(self.validation_fraction * len(molecules)))
+            if n_val < 1 or n_val >= len(molecules):
+                raise InputError("X", f"{len(molecules)} molecules are too few to hold out "
+                                 f"{self.validation_fraction:.0%} for the σ, λ search")
+            order = np.random.default_rng(self.seed).permutation(len(molecules))
+            val, rest = order[:n_val], order[n_val:]
+            train_reps, val_reps = reps.take(rest), reps.take(val)
+            counts_val = _counts(val_reps.Q, self.elements_)
+            F_val = np.concatenate([F[i].ravel() for i in val])
+            for sigma in sigmas:
+                atom_energies, solutions = self._fit_labels(train_reps, E[rest], [F[i] for i in rest], sigma, lambdas)
+                norm_e = max(float(np.mean((E[val] - counts_val @ atom_energies) ** 2)), 1e-300)
+                norm_f = max(float(np.mean(F_val**2)), 1e-300)
+                K_query = query_kernel(train_reps, val_reps, sigma)
+                for lam, (coef, _, _) in zip(lambdas, solutions):
+                    if coef is None:  # not positive definite: this λ is numerically unusable
+                        self.search_[sigma, lam] = float("inf")
+                        continue
+                    pred = K_query @ coef
+                    r_e = pred[:n_val] + counts_val @ atom_energies - E[val]
+                    r_f = pred[n_val:] - F_val
+                    self.search_[sigma, lam] = float(np.mean(r_e**2) / norm_e + np.mean(r_f**2) / norm_f)
+            self.sigma_, self.reg_relative_ = min(self.search_, key=self.search_.get)
+            self.sigma_at_grid_edge_ = self.sigma_ in (min(sigmas), max(sigmas)) if len(sigmas) > 1 else None
+            self.reg_at_grid_edge_ = self.reg_relative_ in (min(lambdas), max(lambdas)) if len(lambdas) > 1 else None
+        else:
+            self.sigma_, self.reg_relative_ = sigmas[0], lambdas[0]
+            self.sigma_at_grid_edge_ = self.reg_at_grid_edge_ = None
+        self.atom_energies_, [(self.coef_, self.reg_relative_, self.reg_)] = self._fit_labels(
+            reps, E, F, self.sigma_, [self.reg_relative_], escalate=True)
+        self.train_reps_ = reps
+        self.n_features_in_ = 1
+        return self
+
+    # ------------------------------------------------------------------ prediction
+    def _query(self, X: Any, caller: str) -> tuple[list[Molecule], _Reps]:
+        if not hasattr(self, "coef_"):
+            raise InputError("FCHL19ForceField", f"{caller} called before fit")
+        molecules = self._molecules(X)
+        return molecules, _Reps(molecules, self.elements_)
+
+    def _offsets(self, molecules: list[Molecule]) -> np.ndarray:
+        return _counts([m.numbers for m in molecules], self.elements_) @ self.atom_energies_
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Energies (M,) of molecules X."""
+        molecules, reps = self._query(X, "predict")
+        return energy_kernel(self.train_reps_, reps, self.sigma_) @ self.coef_ + self._offsets(molecules)
+
+    def predict_forces(self, X: Any, return_energy: bool = False
+                       ) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
+        """Forces, a list of (n, 3) arrays; with ``return_energy`` also the energies (M,)."""
+        molecules, reps = self._query(X, "predict_forces")
+        pred = query_kernel(self.train_reps_, reps, self.sigma_) @ self.coef_
+        energies = pred[: len(molecules)] + self._offsets(molecules)
+        ends = np.cumsum([3 * m.n_atoms for m in molecules])[:-1]
+        forces = [f.reshape(-1, 3) for f in np.split(pred[len(molecules):], ends)]
+        return (energies, forces) if return_energy else forces

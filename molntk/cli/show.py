@@ -167,8 +167,8 @@ MD_COLUMNS = [
 
 
 def show_md_force_field(config: MDForceFieldConfig, result: dict[str, Any]) -> None:
-    """The records as a table (energy unit and its unit per Å), read failures and failed fits
-    if any, then where the files are."""
+    """The records as a table (energy unit and its unit per Å), read failures, failed and
+    skipped fits if any, then where the files are."""
     data = result["data"]
     unit = config.data.energy_unit
     print_results_table(result["results"], MD_COLUMNS,
@@ -178,6 +178,8 @@ def show_md_force_field(config: MDForceFieldConfig, result: dict[str, Any]) -> N
         stdout().print(f"not read: {failure}")
     for fit in result["failed_fits"]:
         stdout().print(f"failed: {fit['model']} at n_train {fit['n_train']}: {fit['error']}")
+    for fit in result["skipped_fits"]:
+        stdout().print(f"not fitted: {fit['model']} at n_train {fit['n_train']} (its max_n_train is {fit['max_n_train']})")
     stdout().print(f"{result['wall_seconds']:.1f} s; report, metrics.csv and plots in {result['output']}/")
 
 

@@ -135,3 +135,14 @@ def test_fchl19_is_off_by_default_and_a_tiny_run_with_it_beats_zero_forces(tmp_p
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     test_forces = np.concatenate([read_labelled(SAMPLE, ["energy"], forces=True).forces[i] for i in report["test_frames"]])
     assert by["fchl19", 8]["force_mae"] < 0.5 * np.abs(test_forces).mean()
+
+
+def test_a_model_is_fitted_up_to_its_max_n_train_and_the_larger_sizes_are_listed(tmp_path):
+    config = TASKS.load(write_config(tmp_path, (
+        "split: {n_train: [4, 8], n_test: 4, seed: 0}\n"
+        "models: {so3_forces: null, so3_energy: null, sgdml: {sigmas: [20.0], max_n_train: 4}}\n")),
+        [f"output={tmp_path / 'out'}"])
+    result = TASKS[config.task].run(config, "md.yaml")
+    assert [(r["model"], r["n_train"]) for r in result["results"]] == [("sgdml", 4)]
+    assert result["skipped_fits"] == [{"model": "sgdml", "n_train": 8, "max_n_train": 4}]
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["skipped_fits"] == result["skipped_fits"]

@@ -45,7 +45,15 @@ class MDSplitConfig(Section):
         return self
 
 
-class SO3ModelConfig(Section):
+class MDModelSection(Section):
+    """What every model section takes: ``max_n_train``, the largest training size the model
+    is fitted at (null: every size of ``split.n_train``), a cap for models whose cost
+    forbids the larger sizes; the sizes above it are listed in the report's ``skipped_fits``."""
+
+    max_n_train: Count | None = None
+
+
+class SO3ModelConfig(MDModelSection):
     """An SO(3) NTK model: ``params`` are the estimator's keyword arguments
     (:class:`~molntk.models.force_field.SO3ForceFieldRegressor` for ``so3_forces``,
     :class:`~molntk.models.so3_ntk.SO3NTKRegressor` for ``so3_energy``; their defaults where
@@ -54,7 +62,7 @@ class SO3ModelConfig(Section):
     params: dict[str, Any] = {}
 
 
-class SGDMLModelConfig(Section):
+class SGDMLModelConfig(MDModelSection):
     """The sGDML baseline (:class:`~molntk.models.sgdml_baseline.SGDMLForceField`): the σ
     grid searched on held-out training frames, and the permutational symmetries."""
 
@@ -63,7 +71,7 @@ class SGDMLModelConfig(Section):
     validation_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
 
 
-class FCHL19ModelConfig(Section):
+class FCHL19ModelConfig(MDModelSection):
     """The FCHL19 baseline with force kernels (:class:`~molntk.models.fchl19_force_field.FCHL19ForceField`,
     needs qmllib): the kernel width grid and the regularisation grid (relative to
     mean(diag K)) searched on held-out training frames. Its kernel has (M(1 + 3n))² entries:

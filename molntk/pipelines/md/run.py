@@ -42,16 +42,19 @@ def frames_path(config: MDForceFieldConfig) -> Path:
     return path
 
 
+#: Config key of each model section → the model's name in the records.
+MODEL_KEYS = {"so3_forces": "so3-ntk-forces", "so3_energy": "so3-ntk-energy", "sgdml": "sgdml", "fchl19": "fchl19"}
+
+
 def estimators(config: MDForceFieldConfig) -> dict[str, Any]:
     """Model name → unfitted estimator, built before any work (InputError naming the key
     of an unknown parameter)."""
     models, out = config.models, {}
-    for key, name, make in [("so3_forces", "so3-ntk-forces", SO3ForceFieldRegressor),
-                            ("so3_energy", "so3-ntk-energy", SO3NTKRegressor)]:
+    for key, make in [("so3_forces", SO3ForceFieldRegressor), ("so3_energy", SO3NTKRegressor)]:
         section = getattr(models, key)
         if section is not None:
             try:
-                out[name] = make(**section.params)
+                out[MODEL_KEYS[key]] = make(**section.params)
             except TypeError as err:
                 raise InputError(f"models.{key}.params", str(err)) from err
     if models.sgdml is not None:
@@ -107,8 +110,9 @@ def chosen_hyperparameters(estimator: Any) -> dict[str, Any]:
 
 def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progress | None = None) -> dict[str, Any]:
     """Run the learning curves, write the files and return ``{"output", "results", "data",
-    "failures", "failed_fits", "wall_seconds"}``; ``progress("fits", done, total)`` after
-    each fit. Each fit's record is stored as it finishes (:mod:`~molntk.pipelines.md.fits`,
+    "failures", "failed_fits", "skipped_fits", "wall_seconds"}``; ``progress("fits", done,
+    total)`` after each fit. A model is fitted at the sizes up to its ``max_n_train``; the
+    others are listed in ``skipped_fits``. Each fit's record is stored as it finishes (:mod:`~molntk.pipelines.md.fits`,
     ``cache: true``): a rerun resumes. A fit that raises is reported in ``failed_fits``
     ({model, n_train, error}) and the others go on; MolntkError when every fit failed."""
     start = time.perf_counter()
@@ -121,7 +125,10 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     store = FitStore(out / FOLDER if config.cache else None, path,
                      {"energy_key": config.data.energy_key, "energy_unit": config.data.energy_unit,
                       "seed": config.split.seed, "n_test": config.split.n_test})
-    runs = [(n, name) for n in config.split.n_train for name in models]
+    caps = {name: getattr(config.models, key).max_n_train for key, name in MODEL_KEYS.items() if name in models}
+    runs = [(n, name) for n in config.split.n_train for name in models if caps[name] is None or n <= caps[name]]
+    skipped = [{"model": name, "n_train": n, "max_n_train": caps[name]}
+               for n in config.split.n_train for name in models if caps[name] is not None and n > caps[name]]
     records: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     with torch_threads(config.compute.threads):
@@ -153,8 +160,8 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
                             filename="learning_curve_forces.png")
         wall = time.perf_counter() - start
         write_report(stage, config=config.to_dict(), records=records,
-                     extra={"data": described, "read_failures": failures, "failed_fits": failed,
+                     extra={"data": described, "read_failures": failures, "failed_fits": failed, "skipped_fits": skipped,
                             "test_frames": test.tolist(), "wall_seconds": wall})
         write_metrics_csv(stage, [{k: v for k, v in r.items() if k != "chosen"} for r in records])
     return {"output": str(out), "results": records, "data": described, "failures": failures, "failed_fits": failed,
-            "wall_seconds": wall}
+            "skipped_fits": skipped, "wall_seconds": wall}

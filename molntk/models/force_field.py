@@ -86,8 +86,8 @@ from molntk.features.inducing import environments_as_molecules, inducing_environ
 from molntk.models.so3_ntk import DEFAULTS, RECIPE_PARAMS, SO3NetworkParams, as_molecules, check_inducing, present_elements
 from molntk.models.delta import BaselineResult, check_baseline, check_energy_unit
 from molntk.models.delta import baseline_results as baseline_results_of
-from molntk.models.model_files import (check_format, dressed_atom_arrays, dressed_atom_from_arrays, molecule_arrays,
-                                       molecules_from_arrays, optional_text, read_model_archive, write_model_archive)
+from molntk.models.model_files import (dressed_atom_arrays, dressed_atom_from_arrays, load_model_file, molecule_arrays,
+                                       molecules_from_arrays, optional_text, write_model_archive)
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
 from molntk.molecular.force_rows import force_rows
@@ -375,16 +375,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
     def load(cls, path: str | Path) -> SO3ForceFieldRegressor:
         """Read a force field written by :meth:`save`; a file that is not one (missing,
         damaged, another format) is a :class:`~molntk.errors.ModelFileError` naming it."""
-        path = Path(path)
-        arrays, meta = read_model_archive(path)
-        check_format(path, meta, FORMAT, FORMAT_VERSION, "SO(3) NTK force field")
-        try:
-            return cls._from_archive(path, arrays, meta)
-        except ModelFileError:
-            raise
-        except (InputError, KeyError, TypeError, ValueError, IndexError) as err:
-            missing = f"missing {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
-            raise ModelFileError(str(path), f"damaged model file ({missing})") from None
+        return load_model_file(path, FORMAT, FORMAT_VERSION, "SO(3) NTK force field", cls._from_archive)
 
     @classmethod
     def _from_archive(cls, path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> SO3ForceFieldRegressor:

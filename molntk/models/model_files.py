@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import json
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from molntk.data.molecule import Molecule
-from molntk.errors import ModelFileError
+from molntk.errors import InputError, ModelFileError
 from molntk.regression.dressed_atom import DressedAtomModel
 from molntk.utils.files import atomic_path
 
+T = TypeVar("T")
 
 #: How files that hold pickled objects begin: a pickle (protocol ≥ 2), a ``.npy`` of objects.
 PICKLED_MAGIC = (b"\x80", b"\x93NUMPY")
@@ -93,6 +94,26 @@ def check_format(path: Path, meta: dict[str, Any], name: str, version: int, what
         raise ModelFileError(str(path), f"not a molntk {what} (format {meta.get('format')!r})")
     if meta.get("version") != version:
         raise ModelFileError(str(path), f"model format version {meta.get('version')} is not supported (expected {version})")
+
+
+def load_model_file(path: str | Path, name: str, version: int, what: str,
+                    build: Callable[[Path, dict[str, np.ndarray], dict[str, Any]], T]) -> T:
+    """The model that ``build(path, arrays, metadata)`` makes of the file at ``path``, after
+    :func:`read_model_archive` and :func:`check_format`. A file that is not such a model
+    (missing, damaged, another format, arrays or metadata missing or of the wrong kind, a
+    parameter the estimator rejects) is a :class:`ModelFileError` naming it and the problem."""
+    path = Path(path)
+    arrays, meta = read_model_archive(path)
+    check_format(path, meta, name, version, what)
+    try:
+        return build(path, arrays, meta)
+    except ModelFileError:
+        raise
+    except InputError as err:  # a parameter of the file that the estimator rejects
+        raise ModelFileError(str(path), f"damaged model file ({err})") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        missing = f"missing {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+        raise ModelFileError(str(path), f"damaged model file ({missing})") from None
 
 
 def molecule_arrays(molecules: Sequence[Molecule]) -> dict[str, np.ndarray]:

@@ -87,8 +87,8 @@ from molntk.features.inducing import SELECTIONS, environments_as_molecules, indu
 from molntk.features.radial import radial_basis_from_dict
 from molntk.models.delta import baseline_results, check_baseline, check_energy_unit
 from molntk.models.forces import energies_and_forces, kernel_expansion
-from molntk.models.model_files import (check_format, dressed_atom_arrays, dressed_atom_from_arrays, molecule_arrays,
-                                       molecules_from_arrays, optional_text, read_model_archive, write_model_archive)
+from molntk.models.model_files import (dressed_atom_arrays, dressed_atom_from_arrays, load_model_file, molecule_arrays,
+                                       molecules_from_arrays, optional_text, write_model_archive)
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
@@ -530,18 +530,7 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         """Read a model written by :meth:`save`. A file that is not one (missing, empty,
         truncated, another format, pickled data, metadata or arrays missing or of the wrong
         kind) is an :class:`InputError` naming the file and the problem."""
-        path = Path(path)
-        arrays, meta = read_model_archive(path)
-        check_format(path, meta, FORMAT, FORMAT_VERSION, "SO(3) NTK model")
-        try:
-            return cls._from_archive(path, arrays, meta)
-        except ModelFileError:
-            raise
-        except InputError as err:  # a parameter of the file that the estimator rejects
-            raise ModelFileError(str(path), f"damaged model file ({err})") from None
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
-            missing = f"missing {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
-            raise ModelFileError(str(path), f"damaged model file ({missing})") from None
+        return load_model_file(path, FORMAT, FORMAT_VERSION, "SO(3) NTK model", cls._from_archive)
 
     @classmethod
     def _from_archive(cls, path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> SO3NTKRegressor:

@@ -66,7 +66,7 @@ class SGDMLModelConfig(MDModelSection):
     """The sGDML baseline (:class:`~molntk.models.sgdml_baseline.SGDMLForceField`): the σ
     grid searched on held-out training frames, and the permutational symmetries."""
 
-    sigmas: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [10.0, 20.0, 30.0, 50.0, 70.0]
+    sigmas: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 70.0]
     use_sym: bool = True
     validation_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
 

@@ -1,10 +1,11 @@
 """NVE molecular dynamics with the SO(3) NTK force field: stability and energy drift (not a test).
 
-For each molecule: the sparse energy+force model (:class:`~molntk.models.force_field.SO3ForceFieldRegressor`,
-``inducing=m``, λ_E and λ_F by grouped LOO) fitted on N frames of the cached GFN2-xTB trajectory
-(``data/md/make_md_trajectories.py``; the frames of the md task's seeded split, the same as
-``molntk run configs/md_<molecule>.yaml`` trains on), or loaded from ``--model-dir`` when a
-file of the same settings is there (the fit is saved there otherwise). Then velocity Verlet
+For each molecule: the energy+force model of ``configs/md_<molecule>.yaml``
+(``models.so3_forces``: :class:`~molntk.models.force_field.SO3ForceFieldRegressor`, sparse,
+λ_E and λ_F by grouped LOO) fitted on the config's largest training set (``--n-train``:
+another size) of the cached GFN2-xTB trajectory (``data/md/make_md_trajectories.py``; the
+frames ``molntk run configs/md_<molecule>.yaml`` trains on), or loaded from ``--model-dir``
+when a file of the same settings is there (the fit is saved there otherwise). Then velocity Verlet
 (ASE ``VelocityVerlet``, the model serving energies and forces through
 :class:`~molntk.models.calculator.MolntkCalculator`) from the first test frame, with
 Maxwell–Boltzmann velocities at ``--temperature`` (seeded; centre-of-mass motion and rotation
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -46,8 +48,8 @@ from molntk.data.md import md_cache_dir
 from molntk.models.calculator import MolntkCalculator
 from molntk.models.delta import baseline_results
 from molntk.models.force_field import SO3ForceFieldRegressor
-from molntk.pipelines.md.config import MDSplitConfig
 from molntk.pipelines.md.run import split
+from molntk.pipelines.tasks import TASKS
 from molntk.utils.files import atomic_write_json
 
 try:  # ASE ≥ 3.29's name of the Maxwell–Boltzmann momenta
@@ -56,6 +58,7 @@ except ImportError:  # pragma: no cover - older ASE
     from ase.md.velocitydistribution import MaxwellBoltzmannDistribution as thermalize
 
 RESULTS = Path(__file__).resolve().parent / "results" / "md_nve.json"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 #: Bonds: atoms closer than this factor × the sum of their natural (covalent) radii.
 BOND_FACTOR = 1.2
 
@@ -70,22 +73,28 @@ def bond_lengths(atoms: Atoms, pairs: list[tuple[int, int]]) -> np.ndarray:
     return np.array([atoms.get_distance(i, j) for i, j in pairs])
 
 
-def force_field(molecule: str, n_train: int, m: int, model_dir: Path) -> tuple[SO3ForceFieldRegressor, list, float]:
-    """The fitted force field (loaded when saved before with these settings) on the first
-    ``n_train`` training frames of the md task's split, the test frames and the fit seconds."""
-    data = read_labelled(md_cache_dir() / f"{molecule}.extxyz", ["energy"], forces=True)
-    test, pool = split(MDSplitConfig(n_train=[n_train], n_test=1000), len(data.molecules))
-    path = model_dir / f"{molecule}-n{n_train}-m{m}.molntk.npz"
+def force_field(molecule: str, n_train: int | None, model_dir: Path) -> tuple[SO3ForceFieldRegressor, list, dict]:
+    """The force field ``models.so3_forces`` of ``configs/md_<molecule>.yaml`` fitted on the
+    first ``n_train`` training frames of its split (None: its largest size), loaded when saved
+    before with these settings, else fitted and saved; the test frames; the settings."""
+    config = TASKS.load(CONFIGS / f"md_{molecule}.yaml")
+    n_train = n_train or config.split.n_train[-1]
+    params = {"unit": config.data.energy_unit, **config.models.so3_forces.params}
+    data = read_labelled(md_cache_dir() / f"{molecule}.extxyz", [config.data.energy_key], forces=True)
+    test, pool = split(config.split.model_copy(update={"n_train": [n_train]}), len(data.molecules))
+    settings = {"n_train": n_train, "params": params}
+    path = model_dir / f"{molecule}-{hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]}.molntk.npz"
     if path.exists():
-        return SO3ForceFieldRegressor.load(path), [data.molecules[i] for i in test], 0.0
+        return SO3ForceFieldRegressor.load(path), [data.molecules[i] for i in test], {**settings, "fit_s": None}
     train = pool[:n_train]
     start = time.perf_counter()
-    model = SO3ForceFieldRegressor(inducing=m, unit="eV").fit(
-        [data.molecules[i] for i in train], np.asarray(data.targets["energy"])[train], [data.forces[i] for i in train])
+    model = SO3ForceFieldRegressor(**params).fit([data.molecules[i] for i in train],
+                                                 np.asarray(data.targets[config.data.energy_key])[train],
+                                                 [data.forces[i] for i in train])
     seconds = time.perf_counter() - start
     model_dir.mkdir(parents=True, exist_ok=True)
     model.save(path)
-    return model, [data.molecules[i] for i in test], seconds
+    return model, [data.molecules[i] for i in test], {**settings, "fit_s": seconds, "rank": model.rank_}
 
 
 def run_nve(model: SO3ForceFieldRegressor, start: Atoms, steps: int, dt_fs: float, temperature: float, seed: int,
@@ -154,8 +163,7 @@ def against_xtb(model: SO3ForceFieldRegressor, frames: list[Atoms]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--molecules", nargs="+", default=["ethanol"])
-    parser.add_argument("--n-train", type=int, default=1000)
-    parser.add_argument("--m", type=int, default=1000, help="inducing environments")
+    parser.add_argument("--n-train", type=int, default=None, help="training frames (default: the config's largest size)")
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--dt", type=float, default=0.5, help="fs")
     parser.add_argument("--temperature", type=float, default=500.0, help="K (the trajectories' Langevin temperature)")
@@ -166,9 +174,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rows = []
     for molecule in args.molecules:
-        model, test, fit_seconds = force_field(molecule, args.n_train, args.m, args.model_dir)
+        model, test, settings = force_field(molecule, args.n_train, args.model_dir)
         start = Atoms(numbers=test[0].numbers, positions=test[0].positions)
-        row = {"molecule": molecule, "n_train": args.n_train, "m": args.m, "fit_s": fit_seconds,
+        row = {"molecule": molecule, **settings,
                **run_nve(model, start, args.steps, args.dt, args.temperature, args.seed, args.check_every)}
         rows.append(row)
         print(f"{molecule}: {row['steps']} steps of {row['dt_fs']} fs, stable {row['stable']} "

@@ -83,7 +83,7 @@ from molntk._version import __version__
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError, ModelFileError
 from molntk.features.inducing import environments_as_molecules, inducing_environments
-from molntk.models.so3_ntk import DEFAULTS, RECIPE_PARAMS, SO3NetworkParams, as_molecules, check_inducing, present_elements
+from molntk.models.so3_ntk import RECIPE_PARAMS, SO3NetworkParams, SO3SolverParams, as_molecules, check_inducing, present_elements
 from molntk.models.delta import BaselineResult, check_baseline, check_energy_unit
 from molntk.models.delta import baseline_results as baseline_results_of
 from molntk.models.model_files import (dressed_atom_arrays, dressed_atom_from_arrays, load_model_file, molecule_arrays,
@@ -93,7 +93,7 @@ from molntk.molecular.derivative_kernels import derivative_rows, expansion_energ
 from molntk.molecular.force_rows import force_rows
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
-from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, grouped_residuals, search_noise
+from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, NoiseChoice, grouped_residuals, search_noise
 from molntk.regression.sparse_joint import fit_sparse_joint
 
 #: Name and version of the force field's model file format.
@@ -122,7 +122,7 @@ def grouped_loo_residuals(inverse: np.ndarray, alpha: np.ndarray, groups: Sequen
 
 
 def select_noise(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, groups: Sequence[np.ndarray], floor: float = 0.0,
-                 ratios: np.ndarray = RATIO_GRID, scales: np.ndarray = SCALE_GRID) -> tuple[float, float, float]:
+                 ratios: np.ndarray = RATIO_GRID, scales: np.ndarray = SCALE_GRID) -> NoiseChoice:
     """(λ_E, λ_F, criterion) minimising the normalised grouped-LOO criterion of the module docstring
     (:func:`~molntk.regression.noise_search.search_noise`) with s_E, s_F the mean diagonals of
     the energy and force blocks of K.
@@ -161,7 +161,7 @@ def _reg(value: float | str, name: str) -> float | None:
 
 
 @dataclass(eq=False, repr=False)
-class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
+class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEstimator):
     """Kernel ridge on energies and forces with the SO(3) molecular NTK (module docstring).
 
     Parameters: the recipe's, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`
@@ -177,7 +177,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
 
     Fitted attributes: ``sparse_`` (whether the sparse model was fitted), ``training_elements_``,
     ``dressed_atom_`` (or None), ``reg_energy_``, ``reg_force_`` (λ_E, λ_F used), ``cv_score_``
-    (the LOO criterion, or None), ``kernel_`` (the molecular kernel), ``train_molecules_``; exact:
+    (the LOO criterion, or None), ``reg_at_grid_edge_`` (whether the λ's chosen lie on an end
+    of the grid or at the floor; None for fixed λ's), ``kernel_`` (the molecular kernel), ``train_molecules_``; exact:
     ``energy_coef_`` (N,) and ``force_coef_`` (3Σn,) (α_E, α_F); sparse: ``inducing_rows_`` (int64
     rows into the training environments),
     ``inducing_`` (the inducing environments), ``inducing_weights_`` (w, (m,)), ``n_inducing_``
@@ -187,14 +188,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
     residual: bool = True
     reg_energy: float | str = "cv"
     reg_force: float | str = "cv"
-    psd_rtol: float = DEFAULTS.psd_rtol
     device: str = "cpu"
-    block_size: int = DEFAULTS.block_size
-    inducing: int | None = None
-    inducing_selection: str = "fps"
-    inducing_seed: int = 0
-    rank_rtol: float = DEFAULTS.rank_rtol
-    baseline: str | None = None
     unit: str | None = None
 
     def recipe(self) -> SO3ModelRecipe:
@@ -275,9 +269,9 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         """α of the joint kernel (module docstring, exact model)."""
         K = joint_kernel(kernel, molecules)
         if lam_e is None:
-            lam_e, lam_f, self.cv_score_ = select_noise(K, y, is_force, groups, floor=self.psd_rtol)
+            lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_ = select_noise(K, y, is_force, groups, floor=self.psd_rtol)
         else:
-            self.cv_score_ = None
+            self.cv_score_ = self.reg_at_grid_edge_ = None
         self.reg_energy_, self.reg_force_ = lam_e, lam_f
         alpha = solve_joint(K, y, is_force, lam_e, lam_f)
         self.energy_coef_, self.force_coef_ = alpha[: len(molecules)], alpha[len(molecules):]
@@ -296,6 +290,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
                                reg_energy=lam_e, reg_force=lam_f, floor=self.psd_rtol, rank_rtol=self.rank_rtol)
         self.inducing_weights_, self.rank_, self.n_inducing_ = fit.weights, fit.rank, len(fit.weights)
         self.reg_energy_, self.reg_force_, self.cv_score_ = fit.reg_energy, fit.reg_force, fit.cv_score
+        self.reg_at_grid_edge_ = fit.at_grid_edge
         self.train_molecules_ = molecules
 
     def _query(self, X: Any, caller: str) -> tuple[list[Molecule], np.ndarray | float]:
@@ -362,7 +357,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         meta = {"format": FORMAT, "version": FORMAT_VERSION, "molntk": __version__, "params": self.get_params(),
                 "ids": [m.id for m in self.train_molecules_], "unit": self.unit_, "sparse": self.sparse_,
                 "training_elements": list(self.training_elements_), "reg_energy": self.reg_energy_,
-                "reg_force": self.reg_force_, "cv_score": self.cv_score_}
+                "reg_force": self.reg_force_, "cv_score": self.cv_score_,
+                "reg_at_grid_edge": self.reg_at_grid_edge_}
         if self.sparse_:
             fitted = {"inducing_rows": self.inducing_rows_, "inducing_weights": self.inducing_weights_,
                       "rank": np.asarray(self.rank_, dtype=np.int64)}
@@ -393,6 +389,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
         model.training_elements_ = present_elements(arrays["numbers"])
         model.dressed_atom_ = dressed_atom_from_arrays(arrays)
         model.reg_energy_, model.reg_force_, model.cv_score_ = meta["reg_energy"], meta["reg_force"], meta["cv_score"]
+        model.reg_at_grid_edge_ = meta["reg_at_grid_edge"]
         model.kernel_ = model.recipe().molecular_kernel(model.device)
         if model.sparse_:
             feats = model.kernel_.describe(model.train_molecules_)  # deterministic: the rows index them as at fit

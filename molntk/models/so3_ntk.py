@@ -182,7 +182,25 @@ class SO3NetworkParams:
 
 
 @dataclass(eq=False, repr=False)
-class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
+class SO3SolverParams:
+    """The regression parameters every SO(3) estimator shares: ``psd_rtol`` (the λ floor,
+    relative to the mean kernel diagonal), ``block_size`` (molecules per kernel block),
+    ``inducing`` (None: the exact model; m: the sparse model on m inducing environments),
+    ``inducing_selection`` and ``inducing_seed`` (how they are chosen), ``rank_rtol``
+    (K_mm's eigenvalues kept above rank_rtol · s_max) and ``baseline`` (None, or the physical
+    baseline of Δ-learning, :mod:`molntk.models.delta`)."""
+
+    psd_rtol: float = DEFAULTS.psd_rtol
+    block_size: int = DEFAULTS.block_size
+    inducing: int | None = None
+    inducing_selection: str = "fps"
+    inducing_seed: int = 0
+    rank_rtol: float = DEFAULTS.rank_rtol
+    baseline: str | None = None
+
+
+@dataclass(eq=False, repr=False)
+class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEstimator):
     """Kernel regression with the NTK of an SO(3) group-convolutional network (module docstring).
 
     Parameters: ``layers``, ``sigma_w``, ``sigma_b`` (the network); ``band_limit``,
@@ -222,17 +240,10 @@ class SO3NTKRegressor(SO3NetworkParams, RegressorMixin, BaseEstimator):
 
     reduce: str = DEFAULTS.reduce
     residual: bool = True
-    baseline: str | None = None
     reg: float | str = "cv"
     cv: str = "loo"
-    psd_rtol: float = DEFAULTS.psd_rtol
     dtype: str = DEFAULTS.dtype
     device: str = "auto"
-    block_size: int = DEFAULTS.block_size
-    inducing: int | None = None
-    inducing_selection: str = "fps"
-    inducing_seed: int = 0
-    rank_rtol: float = DEFAULTS.rank_rtol
     verbose: bool = False
 
     @classmethod

@@ -19,15 +19,29 @@ r_g = (C_gg)⁻¹ α_g (:func:`grouped_residuals`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from molntk.errors import InputError
 
-#: Noise scales ρ of the CV grid: λ_E = ρ s_E.
-SCALE_GRID = np.logspace(-9, 1, 21)
+#: Noise scales ρ of the CV grid: λ_E = ρ s_E (half decades; the low end is reached only by
+#: kernels accurate enough for a floor ``psd_rtol`` that low: noise-free energies and forces
+#: of an accurate quadrature choose the smallest λ the kernel allows).
+SCALE_GRID = np.logspace(-13, 1, 29)
 #: Ratios q of the CV grid: λ_F = q ρ s_F.
 RATIO_GRID = np.logspace(-6, 6, 13)
+
+class NoiseChoice(NamedTuple):
+    """The chosen noise levels, their criterion, and whether the choice lies on an end of the
+    grid (the largest or smallest usable ρ, which may be the floor, or an end of the ratios:
+    then a wider grid or a lower floor may do better)."""
+
+    reg_energy: float
+    reg_force: float
+    score: float
+    at_grid_edge: bool
+
 
 #: Per ratio q, the LOO residuals at noise scale ρ (None where the system is not positive definite).
 ResidualsAt = Callable[[float], "np.ndarray | None"]
@@ -43,12 +57,12 @@ def grouped_residuals(block: Callable[[np.ndarray], np.ndarray], alpha: np.ndarr
 
 def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, is_force: np.ndarray, scale_e: float,
                  scale_f: float, floor: float = 0.0, ratios: np.ndarray = RATIO_GRID,
-                 scales: np.ndarray = SCALE_GRID) -> tuple[float, float, float]:
-    """(λ_E, λ_F, criterion) minimising the module docstring's criterion; ``residuals_for(q)``
-    factorises the model for ratio q and returns its residuals at each ρ. InputError (naming
+                 scales: np.ndarray = SCALE_GRID) -> NoiseChoice:
+    """The (λ_E, λ_F) minimising the module docstring's criterion (:class:`NoiseChoice`);
+    ``residuals_for(q)`` factorises the model for ratio q and returns its residuals at each ρ. InputError (naming
     ``psd_rtol``) when no grid point gives a positive definite system."""
     norm_e, norm_f = max(float(np.mean(y[~is_force] ** 2)), 1e-300), max(float(np.mean(y[is_force] ** 2)), 1e-300)
-    best = (np.inf, 0.0, 0.0)
+    best, at = np.inf, (0.0, 0.0, False)
     for q in ratios:
         usable = [rho for rho in scales if rho >= floor and q * rho >= floor]
         if not usable:
@@ -59,8 +73,9 @@ def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, i
             if res is None:
                 continue
             score = float(np.mean(res[~is_force] ** 2) / norm_e + np.mean(res[is_force] ** 2) / norm_f)
-            if score < best[0]:
-                best = (score, rho * scale_e, q * rho * scale_f)
-    if not np.isfinite(best[0]):
+            if score < best:
+                edge = rho in (usable[0], usable[-1]) or q in (ratios[0], ratios[-1])
+                best, at = score, (rho * scale_e, q * rho * scale_f, edge)
+    if not np.isfinite(best):
         raise InputError("psd_rtol", f"no noise level of the CV grid at or above the floor {floor} gives a positive definite system")
-    return best[1], best[2], best[0]
+    return NoiseChoice(at[0], at[1], best, at[2])

@@ -64,7 +64,8 @@ LOO_GROUPS = 500
 @dataclass(frozen=True)
 class SparseJointFit:
     """``weights`` w (m,), the noise levels used, the LOO criterion (None for fixed λ's), the
-    rank r kept of K_mm and the number of its eigenvalues dropped."""
+    rank r kept of K_mm, the number of its eigenvalues dropped, and whether the λ's chosen lie
+    on an end of the grid (None for fixed λ's; :class:`~molntk.regression.noise_search.NoiseChoice`)."""
 
     weights: np.ndarray
     reg_energy: float
@@ -72,6 +73,7 @@ class SparseJointFit:
     cv_score: float | None
     rank: int
     n_dropped: int
+    at_grid_edge: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -173,13 +175,14 @@ def fit_sparse_joint(K_nm: object, K_mm: object, y: object, is_force: np.ndarray
     chosen by grouped LOO over the grid (λ's below ``floor`` times their mean diagonal skipped;
     ``seed`` draws the scored configurations when there are more than :data:`LOO_GROUPS`)."""
     system = _system(K_nm, K_mm, y, np.asarray(is_force, dtype=bool), groups, rank_rtol, seed)
-    score = None
+    score = edge = None
     if reg_energy is None or reg_force is None:
         scored = slice(0, system.n_scored)
-        reg_energy, reg_force, score = search_noise(system.residuals_for, system.y[scored], system.is_force[scored],
-                                                    system.scale_e, system.scale_f, floor, ratios, scales)
+        reg_energy, reg_force, score, edge = search_noise(system.residuals_for, system.y[scored], system.is_force[scored],
+                                                          system.scale_e, system.scale_f, floor, ratios, scales)
     elif reg_energy <= 0 or reg_force <= 0:
         raise InputError("reg_energy" if reg_energy <= 0 else "reg_force", "must be > 0 for the sparse model")
     _, sigma, wt, coeffs = system.svd(reg_energy, reg_force)
     weights = inducing_weights(system.root.root, sigma, wt, coeffs[:, None], 1.0)[:, 0]
-    return SparseJointFit(weights, float(reg_energy), float(reg_force), score, system.root.root.shape[1], system.root.n_dropped)
+    return SparseJointFit(weights, float(reg_energy), float(reg_force), score, system.root.root.shape[1],
+                          system.root.n_dropped, edge)

@@ -90,7 +90,7 @@ def test_closed_form_loo_is_refitting_without_the_configuration():
         keep = np.setdiff1d(np.arange(n), g)
         a = np.linalg.solve(K[np.ix_(keep, keep)] + np.diag(lam[keep]), y[keep])
         np.testing.assert_allclose(residuals[g], y[g] - K[np.ix_(g, keep)] @ a, rtol=0, atol=1e-8)
-    lam_e, lam_f, score = select_noise(K, y, is_force, groups, floor=1e-6)
+    lam_e, lam_f, score, _ = select_noise(K, y, is_force, groups, floor=1e-6)
     assert lam_e > 0 and lam_f > 0 and np.isfinite(score)
 
 

@@ -27,7 +27,8 @@ from molntk.scale.progress import Progress
 
 #: Fitted attributes reported as each model's chosen hyperparameters, where the model (or
 #: its fitted regressor, ``regressor_``) has them.
-CHOSEN = ("sigma_", "sigma_at_grid_edge_", "reg_energy_", "reg_force_", "cv_score_", "reg_relative_")
+CHOSEN = ("sigma_", "sigma_at_grid_edge_", "reg_energy_", "reg_force_", "cv_score_", "reg_at_grid_edge_",
+          "reg_relative_")
 
 
 def frames_path(config: MDForceFieldConfig) -> Path:

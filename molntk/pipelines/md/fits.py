@@ -8,7 +8,9 @@ A record is stored as ``<output>/fit_cache/<key>.json`` with
 the content that determines it; written atomically (whole or absent). A rerun of the same
 config finds the records of the fits it already made and fits only the rest; a record
 whose file is unreadable is fitted again. Its ``fit_seconds`` and ``predict_seconds`` are
-those of the run that made it.
+those of the run that made it. The key names the molntk version, not the code: whoever
+changes the code between runs of one version deletes ``fit_cache/`` (as ``kernel_cache/`` of
+the QM9 task, :mod:`molntk.scale.cache`).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Data: the cached trajectories of ``data/md/make_md_trajectories.py`` (2,000 frames each,
 ``$MOLNTK_CACHE_DIR/md/<name>.extxyz``, eV and eV/Å), read with ``read_labelled(..., forces=True)``.
-Split: a seeded permutation of the frames; the first ``--n-test`` frames are the test set, the
-training sets are the first N of the remaining frames (nested, disjoint from the test set).
+Split: the md task's (:func:`molntk.pipelines.md.run.split`): a seeded permutation of the
+frames; the first ``--n-test`` frames are the test set, the training sets are the first N of
+the remaining frames (nested, disjoint from the test set).
 
 Models (the recipe's defaults: ``lift:3 erf pool dense``, σ_w = 2, σ_b = 1, feature maps of
 H C N O F with 8 radial Gaussians on [0.5, 3] Å, L = 4, Lebedev grid of band limit 5, element
@@ -47,6 +48,8 @@ from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.models.forces import kernel_expansion
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.molecular.force_rows import force_rows
+from molntk.pipelines.md.config import MDSplitConfig
+from molntk.pipelines.md.run import split
 from molntk.regression.dressed_atom import element_counts
 from molntk.utils.files import atomic_write_json
 
@@ -96,8 +99,7 @@ def row_costs(molecules, train, m: int) -> dict:
 
 def run(name: str, sizes: list[int], m: int, n_test: int, seed: int, models: list[str]) -> list[dict]:
     data = read_labelled(md_cache_dir() / f"{name}.extxyz", "energy", forces=True)
-    order = np.random.default_rng(seed).permutation(len(data.molecules))
-    test_idx, pool = order[:n_test], order[n_test:]
+    test_idx, pool = split(MDSplitConfig(n_train=[max(sizes)], n_test=n_test, seed=seed), len(data.molecules))
     energies = np.asarray(data.targets["energy"])
     test = [data.molecules[i] for i in test_idx]
     test_e, test_f = energies[test_idx], flat([data.forces[i] for i in test_idx])

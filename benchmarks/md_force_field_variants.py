@@ -54,12 +54,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.n_train > 500:
+        parser.error("--n-train must be ≤ 500: the frames pool[500:1000] score the variants")
     data = read_labelled(md_cache_dir() / f"{args.molecule}.extxyz", ["energy"], forces=True)
     _, pool = split(MDSplitConfig(n_train=[args.n_train], n_test=1000), len(data.molecules))
     energies = np.asarray(data.targets["energy"])
     train, held_out = pool[: args.n_train], pool[500:1000]
-    if args.n_train > 500:
-        raise SystemExit("--n-train must be ≤ 500: the frames pool[500:1000] score the variants")
     true_forces = np.concatenate([data.forces[i].ravel() for i in held_out])
     for name in args.variants:
         params = {"inducing": 1000, "unit": "eV", **VARIANTS[name]}

@@ -45,6 +45,7 @@ from ase.neighborlist import natural_cutoffs, neighbor_list
 
 from molntk.data.labelled import read_labelled
 from molntk.data.md import md_cache_dir
+from molntk.data.readers import molecule_from_atoms
 from molntk.models.calculator import MolntkCalculator
 from molntk.models.delta import baseline_results
 from molntk.models.force_field import SO3ForceFieldRegressor
@@ -147,8 +148,6 @@ def run_nve(model: SO3ForceFieldRegressor, start: Atoms, steps: int, dt_fs: floa
 def against_xtb(model: SO3ForceFieldRegressor, frames: list[Atoms]) -> dict:
     """The model's energies and forces on ``frames`` against GFN2-xTB (tblite): energy
     differences to the first frame (meV; MAE over the others) and force-component MAE (meV/Å)."""
-    from molntk.data.readers import molecule_from_atoms
-
     molecules = [molecule_from_atoms(a) for a in frames]
     xtb = baseline_results("gfn2-xtb", molecules, "eV")
     energies, forces = model.predict_forces(molecules, return_energy=True)

@@ -72,6 +72,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.models.so3_ntk import as_molecules
+from molntk.regression.dressed_atom import element_counts
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,8 @@ def _qmllib() -> tuple[Any, Any]:
 
 class _Reps:
     """FCHL19 vectors X (M, n_max, d), their gradients dX (M, n_max, d, n_max, 3) (zero
-    padded to the largest molecule) and the atomic numbers Q of the molecules."""
+    padded to the largest molecule), the atomic numbers Q of the molecules and their element
+    counts (M, len(elements)) (:func:`~molntk.regression.dressed_atom.element_counts`)."""
 
     def __init__(self, molecules: list[Molecule], elements: tuple[int, ...]) -> None:
         generate = _qmllib()[0].generate_fchl19
@@ -104,10 +106,11 @@ class _Reps:
         self.X = np.ascontiguousarray([p[0] for p in pairs], dtype=np.float64)
         self.dX = np.ascontiguousarray([p[1] for p in pairs], dtype=np.float64)
         self.Q = [m.numbers.astype(np.int32) for m in molecules]
+        self.counts = element_counts(molecules, elements)
 
     def take(self, rows: np.ndarray) -> _Reps:
         out = object.__new__(_Reps)
-        out.X, out.dX = self.X[rows], self.dX[rows]
+        out.X, out.dX, out.counts = self.X[rows], self.dX[rows], self.counts[rows]
         out.Q = [self.Q[i] for i in rows]
         return out
 
@@ -162,11 +165,6 @@ def _solve(K: np.ndarray, y: np.ndarray, reg: float, diagonal: np.ndarray) -> np
         _restore(K, diagonal)
 
 
-def _counts(numbers: Sequence[np.ndarray], elements: tuple[int, ...]) -> np.ndarray:
-    """Atoms of each element per molecule (M, len(elements))."""
-    return np.array([[np.count_nonzero(z == e) for e in elements] for z in numbers], dtype=np.float64)
-
-
 class FCHL19ForceField(RegressorMixin, BaseEstimator):
     """FCHL19 with force kernels through ``qmllib`` (module docstring): ``sigmas`` (the kernel
     width grid, or one value), ``lambdas`` (the regularisation grid relative to mean(diag K),
@@ -217,7 +215,7 @@ class FCHL19ForceField(RegressorMixin, BaseEstimator):
         """Dressed atoms on these molecules and, for each λ relative, the coefficients [α; β]
         (None where K + λI is not positive definite), λ relative and λ absolute; ``escalate``: raise
         such a λ a hundredfold until it is, with a warning, instead."""
-        counts = _counts(reps.Q, self.elements_)
+        counts = reps.counts
         atom_energies = np.linalg.lstsq(counts, E, rcond=None)[0]
         y = np.concatenate([E - counts @ atom_energies] + [f.ravel() for f in F])
         K = training_kernel(reps, sigma)
@@ -269,7 +267,7 @@ class FCHL19ForceField(RegressorMixin, BaseEstimator):
             order = np.random.default_rng(self.seed).permutation(len(molecules))
             val, rest = order[:n_val], order[n_val:]
             train_reps, val_reps = reps.take(rest), reps.take(val)
-            counts_val = _counts(val_reps.Q, self.elements_)
+            counts_val = val_reps.counts
             F_val = np.concatenate([F[i].ravel() for i in val])
             for sigma in sigmas:
                 atom_energies, solutions = self._fit_labels(train_reps, E[rest], [F[i] for i in rest], sigma, lambdas)
@@ -303,20 +301,17 @@ class FCHL19ForceField(RegressorMixin, BaseEstimator):
         molecules = self._molecules(X)
         return molecules, _Reps(molecules, self.elements_)
 
-    def _offsets(self, molecules: list[Molecule]) -> np.ndarray:
-        return _counts([m.numbers for m in molecules], self.elements_) @ self.atom_energies_
-
     def predict(self, X: Any) -> np.ndarray:
         """Energies (M,) of molecules X."""
-        molecules, reps = self._query(X, "predict")
-        return energy_kernel(self.train_reps_, reps, self.sigma_) @ self.coef_ + self._offsets(molecules)
+        _, reps = self._query(X, "predict")
+        return energy_kernel(self.train_reps_, reps, self.sigma_) @ self.coef_ + reps.counts @ self.atom_energies_
 
     def predict_forces(self, X: Any, return_energy: bool = False
                        ) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
         """Forces, a list of (n, 3) arrays; with ``return_energy`` also the energies (M,)."""
         molecules, reps = self._query(X, "predict_forces")
         pred = query_kernel(self.train_reps_, reps, self.sigma_) @ self.coef_
-        energies = pred[: len(molecules)] + self._offsets(molecules)
+        energies = pred[: len(molecules)] + reps.counts @ self.atom_energies_
         ends = np.cumsum([3 * m.n_atoms for m in molecules])[:-1]
         forces = [f.reshape(-1, 3) for f in np.split(pred[len(molecules):], ends)]
         return (energies, forces) if return_energy else forces

@@ -15,8 +15,8 @@ process and records:
     python benchmarks/full_qm9.py                                   # the full split (GPU)
     python benchmarks/full_qm9.py --set "learning_curve.n_train=[2000]" --set learning_curve.n_test=500
 
-Writes benchmarks/results/full_qm9.json (``--json``): one entry per device, config and
-overrides, so runs on other machines and sizes are kept beside each other. ``--records``
+Writes benchmarks/results/full_qm9.json (``--json``): one entry per device, config,
+overrides and date, so runs on other machines, sizes and days are kept beside each other. ``--records``
 also writes the run's test records alone, as a JSON list in the shape of report.json's
 ``results`` ({model, target, n_train, mae, rmse, …}):
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     for r in row["records"]:
         print(f"  {r['model']:<16} n_train {r['n_train']:>6}  MAE {r['mae']:8.2f} {r['unit']}  fit {r['fit_seconds']:7.1f} s  predict {r['predict_seconds']:6.1f} s")
     runs = json.loads(args.json.read_text()) if args.json.exists() else {}
-    runs[" ".join([row["device"], row["config"], *row["overrides"]])] = row
+    runs[" ".join([row["device"], row["config"], *row["overrides"], row["date"]])] = row
     args.json.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.json, json.dumps(runs, indent=1) + "\n")
     print(f"wrote {args.json}")

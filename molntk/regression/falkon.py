@@ -74,7 +74,8 @@ times the Cholesky factorisation, and its relative error (the spread of the diag
 Cost: m³/3 flops for T, 2 m³ for T Tᵀ or 3 s m² for the sampled C₀, per λ m³/3 for A,
 and per iteration 4 n m k for the pass over K_nm and 4 m² k for the triangular solves;
 memory: three m × m matrices (T, C₀, A) on the device besides one block of K_nm and the
-(n, k) targets.
+(n, k) targets; on a CUDA device K_nm itself is copied there once when it takes at most
+:data:`RESIDENT_FRACTION` of the free memory (the passes then read device memory).
 
 Model files: :meth:`FalkonRegressor.fitted_arrays` / ``load_fitted_arrays`` (solver
 ``"falkon"``), plain arrays as for the sparse regressor.
@@ -109,6 +110,8 @@ DIAG_SAMPLE_ROWS = 1000
 BLOCK_ENTRIES = 1 << 21
 #: Largest relative jitter tried before K_mm is declared not positive semi-definite.
 MAX_JITTER = 1e-2
+#: Share of a CUDA device's free memory that K_nm may take to be moved there once (fit).
+RESIDENT_FRACTION = 0.5
 
 
 class FalkonConvergenceWarning(UserWarning):
@@ -371,7 +374,7 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         device, dtype = self._device(), DTYPES[self.dtype]
         K_mm_host = validation.symmetric_kernel(K_mm, "K_mm")
         m = K_mm_host.shape[0]
-        K_nm = _cross_kernel(K_nm, m)
+        K_nm = _resident(_cross_kernel(K_nm, m), device, dtype)
         n = int(K_nm.shape[0])
         Y2, was_1d = validation.targets(Y, "Y", rows=n)
         scaler = TargetScaler.fit(Y2, enabled=bool(self.standardize))
@@ -510,6 +513,23 @@ def _cross_kernel(K_nm: object, m: int) -> np.ndarray | torch.Tensor:
     if not numeric:
         raise InputError("K_nm", f"must be a numeric array, got dtype {array.dtype}")
     return array
+
+
+def _resident(K_nm: np.ndarray | torch.Tensor, device: torch.device, dtype: torch.dtype) -> np.ndarray | torch.Tensor:
+    """K_nm copied to a CUDA ``device`` once when it takes at most :data:`RESIDENT_FRACTION`
+    of the device's free memory, else as it is. Every PCG iteration is a pass over K_nm that
+    is bound by memory traffic: from device memory (~4 TB/s on an H200) instead of block
+    copies from the host (~25 GB/s over PCIe), the same arithmetic ~100× sooner."""
+    if device.type != "cuda" or (isinstance(K_nm, torch.Tensor) and K_nm.device == device):
+        return K_nm
+    size = K_nm.shape[0] * K_nm.shape[1] * torch.empty((), dtype=dtype).element_size()
+    if size > RESIDENT_FRACTION * torch.cuda.mem_get_info(device)[0]:
+        return K_nm
+    if isinstance(K_nm, torch.Tensor):
+        return K_nm.to(device=device, dtype=dtype)
+    with warnings.catch_warnings():  # read-only input: copied, never written
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+        return torch.as_tensor(np.asarray(K_nm), dtype=dtype).to(device)
 
 
 def _row_squares(rows: KernelRows) -> np.ndarray:

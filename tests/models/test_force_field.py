@@ -207,3 +207,25 @@ def test_a_saved_force_field_loads_and_predicts_the_same(tiny, sample, tmp_path)
         SO3ForceFieldRegressor.load(tmp_path / "cut.npz")
     with pytest.raises(InputError, match="save called before fit"):
         SO3ForceFieldRegressor().save(tmp_path / "x.npz")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("inducing", [None, 60], ids=["exact", "sparse"])
+def test_cuda_force_field_matches_cpu(sample, inducing):
+    """The force field fitted and evaluated on CUDA (energy kernel, derivative kernels, force
+    rows, solve) against the CPU: the same float64 arithmetic in another summation order, so
+    energies and forces agree to rounding amplified by the solve. With λ_E = 1e-3, λ_F = 1e-2
+    and psd_rtol 1e-4 the systems' condition numbers are ≲ 1e6 and ε · 1e6 ≈ 1e-10; bound 1e-7
+    relative to the largest energy (the energies are ~ 1e3 eV) and force, while a wrong term on
+    the device is an O(1) error."""
+    mols, e, f = sample
+    train, test = list(range(0, 100, 10)), [mols[i] for i in (3, 41, 77)]
+    settings = dict(reg_energy=1e-3, reg_force=1e-2, inducing=inducing, **PARAMS)
+    cpu = SO3ForceFieldRegressor(**settings).fit([mols[i] for i in train], e[train], [f[i] for i in train])
+    gpu = SO3ForceFieldRegressor(device="cuda", **settings).fit([mols[i] for i in train], e[train], [f[i] for i in train])
+    e_cpu, f_cpu = cpu.predict_forces(test, return_energy=True)
+    e_gpu, f_gpu = gpu.predict_forces(test, return_energy=True)
+    np.testing.assert_allclose(e_gpu, e_cpu, rtol=0, atol=1e-7 * np.abs(e_cpu).max())
+    scale = max(np.abs(x).max() for x in f_cpu)
+    for a, b in zip(f_gpu, f_cpu):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-7 * scale)

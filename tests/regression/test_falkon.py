@@ -27,6 +27,7 @@ from sklearn.kernel_ridge import KernelRidge
 
 from molntk.errors import InputError
 from molntk.regression import FalkonConvergenceWarning, FalkonRegressor, SparseKernelRegressor
+from molntk.regression import falkon
 from molntk.regression.falkon import holdout_split
 from molntk.scale.devices import torch_threads
 
@@ -288,7 +289,11 @@ def test_float32_agrees_with_float64_to_its_precision(preconditioner: str) -> No
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_cpu() -> None:
+@pytest.mark.parametrize("resident", [0.5, 0.0], ids=["K_nm-on-device", "K_nm-streamed"])
+def test_cuda_matches_cpu(resident, monkeypatch) -> None:
+    """K_nm copied to the GPU once (it fits) or streamed in blocks from the host
+    (RESIDENT_FRACTION 0): the same λ and predictions as the CPU."""
+    monkeypatch.setattr(falkon, "RESIDENT_FRACTION", resident)
     p = molecules(n=50, m=30, k=2, seed=10)
     settings = {"reg": "cv", "relative_grid": [1e-4, 1e-2, 1.0], "tol": 1e-10, "block_size": 16}
     cpu = FalkonRegressor(**settings).fit(p["K_nm"], p["K_mm"], p["Y"])

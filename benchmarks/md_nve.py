@@ -24,7 +24,8 @@ removed), ``--steps`` steps of ``--dt`` fs. Reported per molecule:
     OMP_NUM_THREADS=2 python benchmarks/md_nve.py                               # ethanol, 10,000 steps
     OMP_NUM_THREADS=2 python benchmarks/md_nve.py --molecules malonaldehyde aspirin
 
-Rows of the molecules run replace their rows in benchmarks/results/md_nve.json.
+Each molecule's row replaces its row in benchmarks/results/md_nve.json as soon as its run
+ends; ``--device cuda`` runs the force field on a GPU.
 """
 
 from __future__ import annotations
@@ -74,13 +75,17 @@ def bond_lengths(atoms: Atoms, pairs: list[tuple[int, int]]) -> np.ndarray:
     return np.array([atoms.get_distance(i, j) for i, j in pairs])
 
 
-def force_field(molecule: str, n_train: int | None, model_dir: Path) -> tuple[SO3ForceFieldRegressor, list, dict]:
+def force_field(molecule: str, n_train: int | None, model_dir: Path, device: str | None = None
+                ) -> tuple[SO3ForceFieldRegressor, list, dict]:
     """The force field ``models.so3_forces`` of ``configs/md_<molecule>.yaml`` fitted on the
-    first ``n_train`` training frames of its split (None: its largest size), loaded when saved
-    before with these settings, else fitted and saved; the test frames; the settings."""
+    first ``n_train`` training frames of its split (None: its largest size) on ``device``
+    (None: the config's), loaded when saved before with these settings, else fitted and
+    saved; the test frames; the settings."""
     config = TASKS.load(CONFIGS / f"md_{molecule}.yaml")
     n_train = n_train or config.split.n_train[-1]
     params = {"unit": config.data.energy_unit, **config.models.so3_forces.params}
+    if device is not None:
+        params["device"] = device
     data = read_labelled(md_cache_dir() / f"{molecule}.extxyz", [config.data.energy_key], forces=True)
     test, pool = split(config.split.model_copy(update={"n_train": [n_train]}), len(data.molecules))
     settings = {"n_train": n_train, "params": params}
@@ -124,6 +129,7 @@ def run_nve(model: SO3ForceFieldRegressor, start: Atoms, steps: int, dt_fs: floa
             broken_at = step
         if step % check_every == 0:
             checked.append(atoms.copy())
+            print(f"  step {step}/{steps}: E_tot {e_tot[-1]:.4f} eV, T {temps[-1]:.0f} K", flush=True)
 
     dyn = VelocityVerlet(atoms, timestep=dt_fs * units.fs)
     dyn.attach(record, interval=1)
@@ -169,25 +175,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--check-every", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model-dir", type=Path, default=Path("runs/md_nve_models"))
+    parser.add_argument("--device", default=None, help="where the force field runs (default: the config's)")
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    rows = []
     for molecule in args.molecules:
-        model, test, settings = force_field(molecule, args.n_train, args.model_dir)
+        model, test, settings = force_field(molecule, args.n_train, args.model_dir, args.device)
         start = Atoms(numbers=test[0].numbers, positions=test[0].positions)
         row = {"molecule": molecule, **settings,
                **run_nve(model, start, args.steps, args.dt, args.temperature, args.seed, args.check_every)}
-        rows.append(row)
         print(f"{molecule}: {row['steps']} steps of {row['dt_fs']} fs, stable {row['stable']} "
               f"(max bond stretch {row['max_bond_stretch']:.1%}), drift {row['drift_meV_per_ps_per_atom']:.3f} meV/ps/atom, "
               f"max |ΔE_tot| {row['max_abs_energy_change_meV']:.1f} meV, T {row['mean_temperature_K']:.0f} K, "
               f"vs xTB: ΔE MAE {row['xtb_energy_difference_mae_meV']:.1f} meV, F MAE {row['xtb_force_mae_meV_per_A']:.1f} meV/Å; "
               f"{row['seconds_per_step'] * 1000:.0f} ms/step")
-    previous = json.loads(args.json.read_text())["rows"] if args.json.exists() else []
-    kept = [r for r in previous if r["molecule"] not in args.molecules]
-    atomic_write_json(args.json, {"benchmark": "md_nve", "date": datetime.date.today().isoformat(),
-                                  "torch_threads": torch.get_num_threads(), "rows": kept + rows})
-    print(f"wrote {args.json}")
+        previous = json.loads(args.json.read_text())["rows"] if args.json.exists() else []
+        kept = [r for r in previous if r["molecule"] != molecule]
+        atomic_write_json(args.json, {"benchmark": "md_nve", "date": datetime.date.today().isoformat(),
+                                      "torch_threads": torch.get_num_threads(), "rows": kept + [row]})
+        print(f"wrote {args.json}", flush=True)
 
 
 if __name__ == "__main__":

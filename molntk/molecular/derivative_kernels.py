@@ -39,7 +39,9 @@ rows [E_1 … E_N, F_1 … F_N] (each F_i its 3n_i components); a symmetric call
 omitted) computes each pair once (row i against molecules i … N) and mirrors it.
 
 The reference side is cut into chunks of at most :data:`PAIR_BUDGET` environment pairs with
-the query (one graph per chunk). float64 throughout; the kernel's device (CUDA untested).
+the query (one graph per chunk). float64 throughout; the kernel's device (CUDA = CPU checked
+through the exact force field by ``tests/models/test_force_field.py::test_cuda_force_field_matches_cpu``,
+which needs a GPU).
 """
 
 from __future__ import annotations

@@ -48,8 +48,9 @@ Molecules are processed in batches of at most :data:`ATOM_BATCH` atoms (features
 Jacobians and a (atoms, m, 3) accumulator per batch), their environment pairs with the
 references in the kernel's blocks (:func:`~molntk.molecular.pair_sum.pair_sum`), each block in
 tiles of at most :func:`~molntk.kernels.so3.network.tile_elements` group values (as the
-energy kernel). float64; the kernel's device (CUDA untested; the compiled backward is CPU-only,
-elsewhere torch's formulas are differentiated).
+energy kernel). float64; the kernel's device (the compiled backward is CPU-only, on CUDA
+torch's formulas are differentiated; CUDA = CPU checked by
+``tests/models/test_force_field.py::test_cuda_force_field_matches_cpu``, which needs a GPU).
 """
 
 from __future__ import annotations

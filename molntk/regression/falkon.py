@@ -517,13 +517,15 @@ def _cross_kernel(K_nm: object, m: int) -> np.ndarray | torch.Tensor:
 
 def _resident(K_nm: np.ndarray | torch.Tensor, device: torch.device, dtype: torch.dtype) -> np.ndarray | torch.Tensor:
     """K_nm copied to a CUDA ``device`` once when it takes at most :data:`RESIDENT_FRACTION`
-    of the device's free memory, else as it is. Every PCG iteration is a pass over K_nm that
+    of the device's free memory (free on the device plus what torch's allocator holds unused,
+    e.g. after the kernel blocks), else as it is. Every PCG iteration is a pass over K_nm that
     is bound by memory traffic: from device memory (~4 TB/s on an H200) instead of block
     copies from the host (~25 GB/s over PCIe), the same arithmetic ~100× sooner."""
     if device.type != "cuda" or (isinstance(K_nm, torch.Tensor) and K_nm.device == device):
         return K_nm
     size = K_nm.shape[0] * K_nm.shape[1] * torch.empty((), dtype=dtype).element_size()
-    if size > RESIDENT_FRACTION * torch.cuda.mem_get_info(device)[0]:
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)  # reusable by torch
+    if size > RESIDENT_FRACTION * (torch.cuda.mem_get_info(device)[0] + cached):
         return K_nm
     if isinstance(K_nm, torch.Tensor):
         return K_nm.to(device=device, dtype=dtype)

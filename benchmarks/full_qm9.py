@@ -16,9 +16,9 @@ process and records:
     python benchmarks/full_qm9.py --set "learning_curve.n_train=[2000]" --set learning_curve.n_test=500
 
 Writes benchmarks/results/full_qm9.json (``--json``): one entry per device, config,
-overrides and date, so runs on other machines, sizes and days are kept beside each other. ``--records``
-also writes the run's test records alone, as a JSON list in the shape of report.json's
-``results`` ({model, target, n_train, mae, rmse, …}):
+overrides and date, so runs on other machines, sizes and days are kept beside each other.
+``--records`` also writes the run's test records alone, as a JSON list in the shape of
+report.json's ``results`` ({model, target, n_train, mae, rmse, …}):
 
     python benchmarks/full_qm9.py --config configs/qm9_u0_scale.yaml --output runs/qm9_u0_scale \
         --json benchmarks/results/full_qm9.json --records benchmarks/results/qm9_u0_scale.json

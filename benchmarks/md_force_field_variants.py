@@ -46,8 +46,10 @@ VARIANTS: dict[str, dict] = {
     "grid7_m2000": {**GRID7, "inducing": 2000},
     # Longer cutoffs, the Gaussians' spacing (0.36 Å) kept: the whole of a small molecule in
     # every environment (sGDML's descriptor is global).
-    "grid7_m2000_cut4": {**GRID7, "inducing": 2000, "radial": {"kind": "gaussian", "n": 11, "r_min": 0.5, "r_cut": 4.0}},
-    "grid7_m2000_cut5": {**GRID7, "inducing": 2000, "radial": {"kind": "gaussian", "n": 13, "r_min": 0.5, "r_cut": 5.0}},
+    "grid7_m2000_cut4": {**GRID7, "inducing": 2000,
+                         "radial": {"kind": "gaussian", "n": 11, "r_min": 0.5, "r_cut": 4.0}},
+    "grid7_m2000_cut5": {**GRID7, "inducing": 2000,
+                         "radial": {"kind": "gaussian", "n": 13, "r_min": 0.5, "r_cut": 5.0}},
 }
 
 

@@ -523,7 +523,7 @@ def _resident(K_nm: np.ndarray | torch.Tensor, device: torch.device, dtype: torc
     copies from the host (~25 GB/s over PCIe), the same arithmetic ~100× sooner."""
     if device.type != "cuda" or (isinstance(K_nm, torch.Tensor) and K_nm.device == device):
         return K_nm
-    size = K_nm.shape[0] * K_nm.shape[1] * torch.empty((), dtype=dtype).element_size()
+    size = K_nm.shape[0] * K_nm.shape[1] * dtype.itemsize
     cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)  # reusable by torch
     if size > RESIDENT_FRACTION * (torch.cuda.mem_get_info(device)[0] + cached):
         return K_nm

@@ -32,6 +32,7 @@ SCALE_GRID = np.logspace(-13, 1, 29)
 #: Ratios q of the CV grid: λ_F = q ρ s_F.
 RATIO_GRID = np.logspace(-6, 6, 13)
 
+
 class NoiseChoice(NamedTuple):
     """The chosen noise levels, their criterion, and whether the choice lies on an end of the
     grid (the largest or smallest usable ρ, which may be the floor, or an end of the ratios:

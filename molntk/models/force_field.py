@@ -30,13 +30,18 @@ mean(r_F²)/mean(y_F²), minimised over the grid λ_E = ρ · mean(diag K_EE), �
 of "cv" in ``reg_energy`` / ``reg_force`` fix the absolute λ's.
 
 Predictions for a molecule M: E(M) = E_dressed(M) + Σ_j α_E,j Θ(M, M_j) − Σ_j α_F,jᵀ ∂Θ(M, M_j)/∂r_j,
-and F(M) = −∂E(M)/∂r by autograd of that expression
-(:func:`~molntk.molecular.derivative_kernels.expansion_energy_and_gradient`), which equals the
-derivative-kernel prediction [−∂Θ/∂r, ∂²Θ/∂r∂r'] α exactly (the same derivatives, fewer passes).
+and F(M) = −∂E(M)/∂r, which equals the derivative-kernel prediction [−∂Θ/∂r, ∂²Θ/∂r∂r'] α
+exactly (the same derivatives, fewer operations): for the one-hidden-layer pooled networks
+(the recipe's default) in closed form against the training frames' tangent feature maps
+contracted with −α_F once per fitted model (:mod:`molntk.molecular.pooled_derivatives`), for
+other networks by autograd of that expression
+(:func:`~molntk.molecular.derivative_kernels.expansion_energy_and_gradient`).
 
-Cost: fitting computes the joint kernel, (3n + 2)-pass autograd per molecule pair
-(:mod:`molntk.molecular.derivative_kernels`), N(N+1)/2 pairs, and inverts an (N + 3Σn) matrix
-once per grid point; predicting is 3 passes per (test, training) pair.
+Cost: fitting computes the joint kernel, N(N+1)/2 molecule pairs (closed form: ≈ 22 ms per
+ethanol pair on the grid of band limit 7, one thread of a loaded 2-core machine; autograd,
+other networks: (3n + 2) passes, ≈ 0.5 s), and factorises an (N + 3Σn) matrix once per ratio
+of the noise grid; predicting costs ≈ 8 ms per (test, training) pair in closed form
+(``benchmarks/derivative_kernels.py``).
 
 Sparse mode (``inducing=m``, GAP-style, for N in the thousands): m inducing environments s_j
 chosen among the training environments (:func:`~molntk.features.inducing.inducing_environments`,
@@ -91,6 +96,12 @@ from molntk.models.model_files import (dressed_atom_arrays, dressed_atom_from_ar
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
 from molntk.molecular.force_rows import force_rows
+from molntk.molecular.pooled_derivatives import (
+    closed_form_expansion,
+    closed_form_supported,
+    contracted_tangent_features,
+    tangent_features,
+)
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, NoiseChoice, grouped_residuals, search_noise
@@ -239,6 +250,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         per Å). With a ``baseline``, on E − E_B and F − F_B (``baseline_results``: the baseline
         of X in ``unit`` computed elsewhere, e.g. cached; None: computed here)."""
         lam_e, lam_f = self._check_params()
+        self._references = None  # the exact model's contracted training tangents, made at the first prediction
         molecules, e, f = self._training_data(X, energies, forces)
         if self.baseline is None and baseline_results is not None:
             raise InputError("baseline_results", "given, but the model has no baseline (baseline=None)")
@@ -315,6 +327,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             base = base + physical.energies
         if self.sparse_:
             return base + self.kernel_(molecules, self.inducing_).ntk.cpu().numpy() @ self.inducing_weights_
+        if closed_form_supported(self.kernel_):
+            return base + np.array([energy for energy, _ in self._expansion(molecules)])
         out = np.empty(len(molecules))
         for i, m in enumerate(molecules):
             rows = derivative_rows(self.kernel_, m, self.train_molecules_, second=False)
@@ -333,17 +347,33 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             energies = rows.energy[:, 0]
             forces = [-g.reshape(-1, 3) for g in np.split(rows.gradient[:, 0], splits)]
         else:
-            energies, forces = np.empty(len(molecules)), []
-            for i, m in enumerate(molecules):
-                energies[i], grad = expansion_energy_and_gradient(self.kernel_, m, self.train_molecules_,
-                                                                  self.energy_coef_, -self.force_coef_)
-                forces.append(-grad)
+            expansion = self._expansion(molecules)
+            energies, forces = np.array([e for e, _ in expansion]), [-grad for _, grad in expansion]
         physical = self._baseline_of(molecules)
         if physical is not None:
             base = base + physical.energies
             forces = [f + np.asarray(g) for f, g in zip(forces, physical.forces)]
         return (base + energies, forces) if return_energy else forces
 
+
+    def _expansion(self, molecules: list[Molecule]) -> list[tuple[float, np.ndarray]]:
+        """The exact model's s(M) = Σ_j α_E,j Θ(M, M_j) − Σ_j α_F,jᵀ ∂Θ(M, M_j)/∂r_j and ∂s/∂r
+        (n, 3) of each molecule: in closed form against the training tangents contracted with
+        −α_F once per fitted model (:mod:`~molntk.molecular.pooled_derivatives`), else by autograd."""
+        kernel = self.kernel_
+        if not closed_form_supported(kernel):
+            return [expansion_energy_and_gradient(kernel, m, self.train_molecules_, self.energy_coef_, -self.force_coef_)
+                    for m in molecules]
+        device = kernel.ctx.device
+        if getattr(self, "_references", None) is None:
+            coef = torch.as_tensor(-self.force_coef_, dtype=torch.float64, device=device)
+            self._references = contracted_tangent_features(kernel, self.train_molecules_, coef)
+        a = torch.as_tensor(self.energy_coef_, dtype=torch.float64, device=device)
+        out = []
+        for m in molecules:
+            value, grad = closed_form_expansion(kernel, tangent_features(kernel, [m]), self._references, a)
+            out.append((value, grad.reshape(-1, 3)))
+        return out
 
     # -- files ---------------------------------------------------------------------------
 

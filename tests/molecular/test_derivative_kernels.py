@@ -1,7 +1,8 @@
 """Derivative kernels of the molecular SO(3) NTK (molntk.molecular.derivative_kernels) on
-ethanol frames of the committed MD sample: central finite differences, the symmetry of
+ethanol frames of the committed MD sample: central finite differences (for both routes,
+autograd and the closed form of molntk.molecular.pooled_derivatives), the symmetry of
 swapping the molecules, rotation equivariance, translation invariance, and the assembled
-joint matrix.
+joint matrix (the other tests use the default route: the closed form for this network).
 
 Kernel: ``lift:3 erf pool dense`` on feature maps of H, C, O with 4 radial Gaussians on
 [0.5, 3] Å, fast mode on a Lebedev grid of band limit 2 (a few tenths of a second per pair)
@@ -43,14 +44,15 @@ def moved(molecule: Molecule, positions: np.ndarray) -> Molecule:
     return Molecule(molecule.numbers, positions, id=molecule.id)
 
 
-def test_first_derivatives_are_central_differences(frames):
+@pytest.mark.parametrize("method", ["autograd", "closed-form"])
+def test_first_derivatives_are_central_differences(frames, method):
     """∂Θ/∂r' and ∂Θ/∂r against (Θ(r + h e) − Θ(r − h e)) / 2h for all 27 coordinates of each
     side, h = 1e-4 Å. Truncation h²/6 |∂³Θ| ≈ 1e-8/6 · |∂Θ| / (0.3 Å)² ≈ 2e-8 relative (Θ varies
     on the ≈ 0.3 Å scale of the radial Gaussians); rounding ε |Θ| / h ≈ 1e-16 · 200 / 1e-4 =
     2e-10 against |∂Θ| ≈ 3. Measured ≈ 5e-9 relative to max |∂Θ|; bound 1e-6, while a wrong
     term of the chain rule is an O(1) error."""
     k, a, b = kernel(), frames[0], frames[7]
-    rows = derivative_rows(k, a, [b])
+    rows = derivative_rows(k, a, [b], method=method)
 
     h = 1e-4
     steps = [sign * h * np.eye(27)[j].reshape(9, 3) for j in range(27) for sign in (1, -1)]
@@ -63,13 +65,14 @@ def test_first_derivatives_are_central_differences(frames):
     assert np.abs(rows.d_query[:, 0] - num_query).max() < 1e-6 * np.abs(rows.d_query).max()
 
 
-def test_mixed_derivatives_are_central_differences(frames):
+@pytest.mark.parametrize("method", ["autograd", "closed-form"])
+def test_mixed_derivatives_are_central_differences(frames, method):
     """∂²Θ/∂r_i∂r' against central differences in r_i of the (checked) first derivative ∂Θ/∂r',
     h = 1e-4 Å, for 6 query coordinates on different atoms, each against all 27 of the other
     molecule. Same error budget as the first derivatives (measured ≤ 5e-9 relative to
     max |∂²Θ|); bound 1e-6."""
     k, a, b = kernel(), frames[3], frames[40]
-    rows = derivative_rows(k, a, [b])
+    rows = derivative_rows(k, a, [b], method=method)
     h = 1e-4
     scale = np.abs(rows.mixed).max()
     assert scale > 0.1
@@ -77,8 +80,8 @@ def test_mixed_derivatives_are_central_differences(frames):
         e = np.zeros(27)
         e[i] = h
         e = e.reshape(9, 3)
-        plus = derivative_rows(k, moved(a, a.positions + e), [b], second=False).d_ref
-        minus = derivative_rows(k, moved(a, a.positions - e), [b], second=False).d_ref
+        plus = derivative_rows(k, moved(a, a.positions + e), [b], second=False, method=method).d_ref
+        minus = derivative_rows(k, moved(a, a.positions - e), [b], second=False, method=method).d_ref
         assert np.abs((plus - minus) / (2 * h) - rows.mixed[i]).max() < 1e-6 * scale
 
 

@@ -1,0 +1,106 @@
+"""Closed-form position derivatives of the molecular NTK (molntk.molecular.pooled_derivatives)
+against the autograd route of molntk.molecular.derivative_kernels (3n second-order backward
+passes through the feature maps and the network's torch formulas, itself checked against
+finite differences in test_derivative_kernels.py).
+
+Both routes compute the same derivatives of the same floating-point formulas in a different
+order, so they agree to rounding: measured ≤ 1.5e-15 relative to the largest entry on these
+inputs; bound 1e-12 (a missing or wrong term of the chain rule is an O(1) error: a first
+version that dropped every second derivative of g was off by 3 %).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from molntk.data.labelled import read_labelled
+from molntk.data.molecule import Molecule
+from molntk.errors import InputError
+from molntk.features.environments import FeatureConfig
+from molntk.features.radial import GaussianBasis
+from molntk.models.so3_recipe import SO3ModelRecipe
+from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
+from molntk.molecular.pooled_derivatives import contracted_tangent_features, tangent_features
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "md" / "ethanol_sample.extxyz"
+FEATURES = FeatureConfig(elements=(1, 6, 8), radial=GaussianBasis(n=4, r_min=0.5, r_cut=3.0))
+BOUND = 1e-12
+
+
+def kernel(layers: str = "lift:3 erf pool dense", **kwargs):
+    return SO3ModelRecipe(layers=layers, grid_band_limit=2, features=FEATURES, sigma_w=1.5, **kwargs).molecular_kernel()
+
+
+@pytest.fixture(scope="module")
+def frames() -> list[Molecule]:
+    """Ethanol frames and, to exercise molecules of different sizes, one frame without its
+    last three hydrogens (6 atoms)."""
+    molecules = read_labelled(SAMPLE, "energy").molecules
+    cut = molecules[5]
+    return [molecules[0], molecules[9], Molecule(cut.numbers[:6], cut.positions[:6], id="cut")]
+
+
+def relative_error(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / np.abs(a).max())
+
+
+@pytest.mark.parametrize("activation", ["erf", "exp", "relu", "quadratic"])
+@pytest.mark.parametrize("pairing", ["element", "shared"])
+def test_closed_form_rows_equal_autograd(frames, activation, pairing):
+    """Θ, ∂Θ/∂r', ∂Θ/∂r and ∂²Θ/∂r∂r' of a query against references of two sizes (9 and 6
+    atoms: the padded reference coordinates), for the closed-form activations (erf, exp) and
+    two that take the g-derivatives by autograd (relu, quadratic)."""
+    k = kernel(f"lift:3 {activation} pool dense", pairing=pairing)
+    auto = derivative_rows(k, frames[0], frames[1:], method="autograd")
+    closed = derivative_rows(k, frames[0], frames[1:], method="closed-form")
+    for name in ("theta", "d_ref", "d_query", "mixed"):
+        assert relative_error(getattr(auto, name), getattr(closed, name)) < BOUND, name
+    assert np.abs(closed.mixed).max() > 1e-3
+
+
+def test_mean_reduction_and_a_small_query(frames):
+    """``reduce="mean"`` divides every block by n n'; the 6-atom molecule as the query."""
+    k = kernel(reduce="mean")
+    auto = derivative_rows(k, frames[2], frames[:2], method="autograd")
+    closed = derivative_rows(k, frames[2], frames[:2], method="closed-form")
+    for name in ("theta", "d_ref", "d_query", "mixed"):
+        assert relative_error(getattr(auto, name), getattr(closed, name)) < BOUND, name
+
+
+def test_joint_kernel_and_expansion_equal_autograd(frames):
+    """The symmetric joint matrix (tangent maps made once, each pair computed once) and the
+    expansion s(M) = Σ a_j Θ + Σ b_jᵀ ∂Θ/∂r'_j with its gradient (reference tangents contracted
+    with b first), by both routes."""
+    k = kernel()
+    np.testing.assert_allclose(joint_kernel(k, frames, method="closed-form"), joint_kernel(k, frames, method="autograd"),
+                               rtol=0, atol=BOUND * np.abs(joint_kernel(k, frames[:1], method="autograd")).max())
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=3), rng.normal(size=3 * (9 + 9 + 6))
+    value, grad = expansion_energy_and_gradient(k, frames[1], frames, a, b, method="autograd")
+    value2, grad2 = expansion_energy_and_gradient(k, frames[1], frames, a, b, method="closed-form")
+    assert value2 == pytest.approx(value, rel=BOUND)
+    assert relative_error(grad, grad2) < BOUND
+
+
+def test_contracted_tangents_in_batches(frames):
+    """contracted_tangent_features in batches of one molecule = tangent_features(...).contracted."""
+    k = kernel()
+    coef = torch.as_tensor(np.random.default_rng(1).normal(size=3 * (9 + 9 + 6)))
+    whole = tangent_features(k, frames).contracted(coef)
+    batched = contracted_tangent_features(k, frames, coef, batch=1)
+    assert batched.n_atoms == whole.n_atoms
+    for name in ("coeffs", "tangents", "variance", "variance_dot", "numbers", "molecule_index"):
+        torch.testing.assert_close(getattr(batched, name), getattr(whole, name), rtol=0, atol=1e-15)
+
+
+def test_method_is_checked(frames):
+    with pytest.raises(InputError, match="method"):
+        derivative_rows(kernel(), frames[0], frames[1:2], method="symbolic")
+    with pytest.raises(InputError, match="method"):
+        derivative_rows(kernel("lift:3 erf pool dense erf dense"), frames[0], frames[1:2], method="closed-form")

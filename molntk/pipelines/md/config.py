@@ -85,19 +85,25 @@ class FCHL19ModelConfig(MDModelSection):
 
 class MDModelsConfig(Section):
     """The models side by side (null: left out): ``so3_forces`` the SO(3) NTK trained on
-    energies and forces; ``so3_energy`` the SO(3) NTK trained on energies only (its forces
-    are the gradient of its energy); ``sgdml`` the sGDML baseline; ``fchl19`` the FCHL19
-    baseline with force kernels (off unless given)."""
+    energies and forces; ``so3_forces_exact`` the same with the exact joint kernel of every
+    training frame's energy and forces (the GDML form, N(1 + 3n) functions; ``inducing`` not
+    allowed; off unless given: its kernel has N²/2 molecule pairs); ``so3_energy`` the SO(3)
+    NTK trained on energies only (its forces are the gradient of its energy); ``sgdml`` the
+    sGDML baseline; ``fchl19`` the FCHL19 baseline with force kernels (off unless given)."""
 
     so3_forces: SO3ModelConfig | None = SO3ModelConfig()
+    so3_forces_exact: SO3ModelConfig | None = None
     so3_energy: SO3ModelConfig | None = SO3ModelConfig()
     sgdml: SGDMLModelConfig | None = SGDMLModelConfig()
     fchl19: FCHL19ModelConfig | None = None
 
     @model_validator(mode="after")
     def _some_model(self) -> MDModelsConfig:
-        if self.so3_forces is None and self.so3_energy is None and self.sgdml is None and self.fchl19 is None:
+        if all(getattr(self, key) is None for key in ("so3_forces", "so3_forces_exact", "so3_energy", "sgdml", "fchl19")):
             raise FieldError("so3_forces", "every model is null: nothing to run")
+        if self.so3_forces_exact is not None and self.so3_forces_exact.params.get("inducing") is not None:
+            raise FieldError("so3_forces_exact.params.inducing", "the exact model has no inducing environments: leave it out "
+                             "(so3_forces is the sparse model)")
         return self
 
 

@@ -44,14 +44,16 @@ def frames_path(config: MDForceFieldConfig) -> Path:
 
 
 #: Config key of each model section → the model's name in the records.
-MODEL_KEYS = {"so3_forces": "so3-ntk-forces", "so3_energy": "so3-ntk-energy", "sgdml": "sgdml", "fchl19": "fchl19"}
+MODEL_KEYS = {"so3_forces": "so3-ntk-forces", "so3_forces_exact": "so3-ntk-forces-exact", "so3_energy": "so3-ntk-energy",
+              "sgdml": "sgdml", "fchl19": "fchl19"}
 
 
 def estimators(config: MDForceFieldConfig) -> dict[str, Any]:
     """Model name → unfitted estimator, built before any work (InputError naming the key
     of an unknown parameter)."""
     models, out = config.models, {}
-    for key, make in [("so3_forces", SO3ForceFieldRegressor), ("so3_energy", SO3NTKRegressor)]:
+    for key, make in [("so3_forces", SO3ForceFieldRegressor), ("so3_forces_exact", SO3ForceFieldRegressor),
+                      ("so3_energy", SO3NTKRegressor)]:
         section = getattr(models, key)
         if section is not None:
             try:

@@ -219,15 +219,19 @@ def pair_derivatives(kernel: SO3MolecularKernel, query: TangentFeatures, refs: T
 def _curvature_term(m_q: Tensor, m_r: Tensor, h: Tensor, table: Tensor) -> Tensor:
     """Σ_a Σ_u h_ab(u) (m_e · D(u)) (m'_ε · D(u)) per reference environment b, (B, 3n, 3n'), for
     the moments m_q (A, B, 3n, L3), m_r (A, B, 3n', L3) and weights h (A, B, K). With many
-    reference tangents as m_eᵀ H m'_ε, H = Σ_u h(u) D(u) D(u)ᵀ (one GEMM of K × L3² per pair);
+    reference tangents as m_eᵀ H m'_ε, H = Σ_u h(u) D(u) D(u)ᵀ (one GEMM of K × L3(L3 + 1)/2 per
+    pair: H is symmetric);
     with few (2·3n' < L3: contracted expansions), by synthesising m'_ε · D(u) on the support,
     weighting it by h and projecting it back (2 · 3n' · K · L3 per pair)."""
     n_a, n_b, r3, side = m_r.shape
     if 2 * r3 < side:
         projected = ((m_r @ table.T) * h[:, :, None]) @ table  # (A, B, 3n', L3)
         return (m_q @ projected.transpose(-1, -2)).sum(0)
-    outer = (table[:, :, None] * table[:, None, :]).flatten(1)  # D(u) ⊗ D(u): (K, L3²)
-    curvature = (h.flatten(0, 1) @ outer).view(n_a, n_b, side, side)
+    i, j = torch.triu_indices(side, side, device=table.device)
+    upper = (h.flatten(0, 1) @ (table[:, i] * table[:, j])).view(n_a, n_b, -1)  # H is symmetric: its upper triangle
+    curvature = h.new_empty(n_a, n_b, side, side)
+    curvature[..., i, j] = upper
+    curvature[..., j, i] = upper
     return ((m_q @ curvature) @ m_r.transpose(-1, -2)).sum(0)
 
 
@@ -247,13 +251,17 @@ def _moments(x: Tensor, y: Tensor, band_limit: int, *, query_side: bool) -> Tens
 def _second_lift_term(lift: Lift, proj: Tensor, ta: Tensor, tb: Tensor, scale: float) -> Tensor:
     """σ₁²/C Σ_a Σ_l Σ_c T_e(a)^l_cᵀ A^l_ab T'_ε(b)^l_c per reference environment b, (B, 3n, 3n'),
     with A_ab = Σ_u σ₂² w_u g_c(u) D(u), flattened over l in ``proj`` (A, B, L3)."""
+    n_a, e3, channels = ta.shape[:3]
+    n_b, r3 = tb.shape[:2]
     out, start = None, 0
     for s in coeff_slices(lift.band_limit):
         width = s.stop - s.start
-        a_l = proj[..., start : start + width * width].unflatten(-1, (width, width))
+        a_l = proj[..., start : start + width * width].reshape(n_a, n_b, width, width)
         start += width * width
-        rotated = torch.einsum("abmn,bfcn->abfcm", a_l, tb[..., s])  # A^l T'(b)
-        part = torch.einsum("aecm,abfcm->bef", ta[..., s], rotated)
+        # Z[(e, c), (b, n)] = Σ_a Σ_m T_e(a)_{c,m} A^l_ab,mn: one GEMM over (a, m), no A-sized array
+        left = ta[..., s].permute(0, 3, 1, 2).reshape(n_a * width, e3 * channels)
+        z = (left.T @ a_l.permute(0, 2, 1, 3).reshape(n_a * width, n_b * width)).view(e3, channels, n_b, width)
+        part = torch.bmm(z.permute(2, 0, 1, 3).reshape(n_b, e3, channels * width), tb[..., s].reshape(n_b, r3, channels * width).transpose(1, 2))
         out = part if out is None else out + part
     return out * scale
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import time
+import timeit
 from pathlib import Path
 
 import numpy as np
@@ -42,12 +42,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "derivative_kernels.json"
 
 def best_of(repeats: int, fn) -> float:
     """The smallest wall time of ``repeats`` calls (seconds)."""
-    times = []
-    for _ in range(repeats):
-        tic = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - tic)
-    return min(times)
+    return min(timeit.repeat(fn, number=1, repeat=repeats))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -32,7 +32,7 @@ g_c = (2 + c) E, g_cc = (3 + c) E, g_v = g_v' = g / 2, g_cv = g_cv' = g_c / 2, g
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba
@@ -42,6 +42,7 @@ from torch import Tensor
 
 from molntk.kernels.activations import CLAMP, get_activation
 from molntk.kernels.pooled_gradients import run_rows
+from molntk.utils.autograd import grads_or_zeros
 
 _FLAGS = {"contract"}
 
@@ -92,21 +93,13 @@ def autograd_g_derivatives(activation: str, c: Tensor, va: Tensor, vb: Tensor, s
         vb = vb.detach().expand_as(c).clone().requires_grad_(True)
         f, fdot = dual(c, va, vb)
         g = f + c * fdot
-        first = _grads(g.sum(), (c, va, vb), create_graph=second)
+        first = grads_or_zeros(g.sum(), (c, va, vb), create_graph=second)
         out = {"g": g.detach(), **{k: v.detach() for k, v in zip(("c", "va", "vb"), first)}}
         if second:
-            cc, cva, cvb = _grads(first[0].sum(), (c, va, vb), retain_graph=True)
-            (vavb,) = _grads(first[1].sum(), (vb,))
+            cc, cva, cvb = grads_or_zeros(first[0].sum(), (c, va, vb), retain_graph=True)
+            (vavb,) = grads_or_zeros(first[1].sum(), (vb,))
             out.update(cc=cc.detach(), cva=cva.detach(), cvb=cvb.detach(), vavb=vavb.detach())
     return out
-
-
-def _grads(output: Tensor, inputs: Sequence[Tensor], **kwargs) -> list[Tensor]:
-    """autograd.grad with zeros where ``output`` does not depend on an input."""
-    if not output.requires_grad:
-        return [torch.zeros_like(x) for x in inputs]
-    grads = torch.autograd.grad(output, list(inputs), allow_unused=True, **kwargs)
-    return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
 
 
 def _erf_values(c: Tensor, va: Tensor, vb: Tensor) -> dict[str, Tensor]:

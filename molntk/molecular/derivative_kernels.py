@@ -59,7 +59,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
@@ -71,6 +70,7 @@ from molntk.molecular.pooled_derivatives import (
     tangent_features,
 )
 from molntk.molecular.so3 import SO3MolecularKernel
+from molntk.utils.autograd import grads_or_zeros
 
 #: Environment pairs (query × reference) per autograd graph (the graph of a second-order
 #: pass holds several times the first-order one's temporaries: 2¹² pairs stay well under 1 GB).
@@ -127,14 +127,6 @@ def _chunks(molecules: Sequence[Molecule], n_query: int, budget: int) -> list[ra
     return chunks
 
 
-def _grad(output: Tensor, inputs: Sequence[Tensor], **kwargs) -> list[Tensor]:
-    """autograd.grad with zeros for inputs the output does not depend on."""
-    if not output.requires_grad:
-        return [torch.zeros_like(x) for x in inputs]
-    grads = torch.autograd.grad(output, list(inputs), allow_unused=True, **kwargs)
-    return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
-
-
 def _rows_chunk(kernel: SO3MolecularKernel, query: Molecule, refs: Sequence[Molecule], second: bool) -> DerivativeRows:
     device, cfg = kernel.ctx.device, kernel.features
     r = torch.tensor(query.positions, dtype=torch.float64, device=device, requires_grad=True)
@@ -145,9 +137,9 @@ def _rows_chunk(kernel: SO3MolecularKernel, query: Molecule, refs: Sequence[Mole
     theta = kernel(f_query, f_ref).ntk[0]
     total = (theta * w).sum()
     if not second:
-        (d_ref,) = _grad(total, [r_ref])
+        (d_ref,) = grads_or_zeros(total, [r_ref])
         return DerivativeRows(theta.detach().cpu().numpy(), d_ref.reshape(-1).detach().cpu().numpy(), None, None)
-    g_query, d_ref = _grad(total, [r, r_ref], create_graph=True)
+    g_query, d_ref = grads_or_zeros(total, [r, r_ref], create_graph=True)
     g_query = g_query.reshape(-1)
     n3, n_ref3 = g_query.numel(), r_ref.numel()
     mixed = torch.zeros(n3, n_ref3, dtype=torch.float64, device=device)
@@ -167,7 +159,7 @@ def _rows_chunk(kernel: SO3MolecularKernel, query: Molecule, refs: Sequence[Mole
                 d_query = d_all
     if not batched:
         for i in range(n3):
-            m_i, d_i = _grad(g_query[i], [r_ref, w], retain_graph=i + 1 < n3)
+            m_i, d_i = grads_or_zeros(g_query[i], [r_ref, w], retain_graph=i + 1 < n3)
             mixed[i], d_query[i] = m_i.reshape(-1), d_i
     as_np = lambda t: t.detach().cpu().numpy()  # noqa: E731
     return DerivativeRows(as_np(theta), as_np(d_ref.reshape(-1)), as_np(d_query), as_np(mixed))
@@ -284,9 +276,9 @@ def expansion_energy_and_gradient(kernel: SO3MolecularKernel, query: Molecule, r
         if not theta.requires_grad:  # no environment meets this chunk's: Θ and its derivatives are constant
             value += float(theta @ a[chunk.start : chunk.stop])
             continue
-        (d_ref,) = _grad(theta.sum(), [r_ref], create_graph=True)
+        (d_ref,) = grads_or_zeros(theta.sum(), [r_ref], create_graph=True)
         s = theta @ a[chunk.start : chunk.stop] + d_ref.reshape(-1) @ b[offsets[chunk.start] : offsets[chunk.stop]]
-        (g,) = _grad(s, [r])
+        (g,) = grads_or_zeros(s, [r])
         value += float(s.detach())
         grad += g.detach().cpu().numpy()
     return value, grad

@@ -37,10 +37,10 @@ contracted with −α_F once per fitted model (:mod:`molntk.molecular.pooled_der
 other networks by autograd of that expression
 (:func:`~molntk.molecular.derivative_kernels.expansion_energy_and_gradient`).
 
-Cost: fitting computes the joint kernel, N(N+1)/2 molecule pairs (closed form: ≈ 22 ms per
+Cost: fitting computes the joint kernel, N(N+1)/2 molecule pairs (closed form: ≈ 16 ms per
 ethanol pair on the grid of band limit 7, one thread of a loaded 2-core machine; autograd,
-other networks: (3n + 2) passes, ≈ 0.5 s), and factorises an (N + 3Σn) matrix once per ratio
-of the noise grid; predicting costs ≈ 8 ms per (test, training) pair in closed form
+other networks: (3n + 2) passes, ≈ 200 ms), and factorises an (N + 3Σn) matrix once per
+ratio of the noise grid; predicting costs ≈ 7 ms per (test, training) pair in closed form
 (``benchmarks/derivative_kernels.py``).
 
 Sparse mode (``inducing=m``, GAP-style, for N in the thousands): m inducing environments s_j
@@ -354,7 +354,6 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             base = base + physical.energies
             forces = [f + np.asarray(g) for f, g in zip(forces, physical.forces)]
         return (base + energies, forces) if return_energy else forces
-
 
     def _expansion(self, molecules: list[Molecule]) -> list[tuple[float, np.ndarray]]:
         """The exact model's s(M) = Σ_j α_E,j Θ(M, M_j) − Σ_j α_F,jᵀ ∂Θ(M, M_j)/∂r_j and ∂s/∂r

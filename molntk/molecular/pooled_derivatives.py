@@ -36,8 +36,8 @@ every network, with 3n second-order backward passes through the feature maps. Co
 environment pair with K support points and 3n, 3n' coordinates: K·L3² multiply-adds for H
 (one GEMM over the support; with a single reference tangent, as in an expansion contracted
 with its coefficients, 2·K·L3 instead), the g-values on the support (K points), and
-(3n + 3n')·C·L3 for the moments: ≈ 20 ms per ethanol pair on the Lebedev grid of band
-limit 7 (K = 1,036) on one CPU thread, against ≈ 0.5 s for autograd
+(3n + 3n')·C·L3 for the moments: ≈ 16 ms per ethanol pair on the Lebedev grid of band
+limit 7 (K = 1,036) on one CPU thread, against ≈ 200 ms for autograd
 (``benchmarks/derivative_kernels.py``).
 """
 

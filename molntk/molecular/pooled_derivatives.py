@@ -220,9 +220,9 @@ def _curvature_term(m_q: Tensor, m_r: Tensor, h: Tensor, table: Tensor) -> Tenso
     """Σ_a Σ_u h_ab(u) (m_e · D(u)) (m'_ε · D(u)) per reference environment b, (B, 3n, 3n'), for
     the moments m_q (A, B, 3n, L3), m_r (A, B, 3n', L3) and weights h (A, B, K). With many
     reference tangents as m_eᵀ H m'_ε, H = Σ_u h(u) D(u) D(u)ᵀ (one GEMM of K × L3(L3 + 1)/2 per
-    pair: H is symmetric);
-    with few (2·3n' < L3: contracted expansions), by synthesising m'_ε · D(u) on the support,
-    weighting it by h and projecting it back (2 · 3n' · K · L3 per pair)."""
+    pair: H is symmetric); with few (2·3n' < L3: contracted expansions), by synthesising
+    m'_ε · D(u) on the support, weighting it by h and projecting it back (2 · 3n' · K · L3 per
+    pair)."""
     n_a, n_b, r3, side = m_r.shape
     if 2 * r3 < side:
         projected = ((m_r @ table.T) * h[:, :, None]) @ table  # (A, B, 3n', L3)

@@ -68,6 +68,7 @@ from molntk.molecular.pooled_derivatives import (
     closed_form_expansion,
     closed_form_rows,
     closed_form_supported,
+    contracted_tangent_features,
     tangent_features,
 )
 from molntk.molecular.so3 import SO3MolecularKernel
@@ -262,7 +263,7 @@ def expansion_energy_and_gradient(kernel: SO3MolecularKernel, query: Molecule, r
     a = torch.as_tensor(np.asarray(energy_coef, dtype=np.float64), device=device)
     b = torch.as_tensor(np.asarray(force_coef, dtype=np.float64), device=device)
     if _closed_form(kernel, method):
-        refs = tangent_features(kernel, references).contracted(b)
+        refs = contracted_tangent_features(kernel, references, b)
         value, grad = closed_form_expansion(kernel, tangent_features(kernel, [query]), refs, a)
         return value, grad.reshape(-1, 3)
     offsets = force_offsets(references)

@@ -185,6 +185,8 @@ def pair_derivatives(kernel: SO3MolecularKernel, query: TangentFeatures, refs: T
     zeros = lambda *shape: query.coeffs.new_zeros(*shape)  # noqa: E731
     theta, d_query, d_ref = zeros(n_ref), zeros(e3, n_ref), zeros(n_ref, r3)
     mixed = zeros(n_ref, e3, r3) if second else None
+    many = second and 2 * r3 >= table.shape[1]  # the curvature term through H (:func:`_curvature_term`)
+    products = ctx.measure.support_products(lift.band_limit, ctx.dtype, ctx.device) if many else None
     for a_rows, b_rows in _groups(kernel.pairing, query.numbers, refs.numbers):
         xa, xb, ta, tb = query.coeffs[a_rows], refs.coeffs[b_rows], query.tangents[a_rows], refs.tangents[b_rows]
         n_a, n_b = len(a_rows), len(b_rows)
@@ -202,7 +204,7 @@ def pair_derivatives(kernel: SO3MolecularKernel, query: TangentFeatures, refs: T
         d_ref.index_add_(0, mol, scale * torch.einsum("abfm,abm->bf", m_r, proj[0]) + g.vb.sum(0)[:, None] * vr)
         if not second:
             continue
-        block = _curvature_term(m_q, m_r, g.cc, table).mul_(scale**2)  # (B, 3n, 3n')
+        block = _curvature_term(m_q, m_r, g.cc, table, products).mul_(scale**2)  # (B, 3n, 3n')
         block += scale * torch.einsum("abem,abm,bf->bef", m_q, proj[1], vr)
         block += scale * torch.einsum("ae,abfm,abm->bef", vq, m_r, proj[2])
         block += torch.einsum("ae,ab,bf->bef", vq, g.vavb, vr)
@@ -216,19 +218,20 @@ def pair_derivatives(kernel: SO3MolecularKernel, query: TangentFeatures, refs: T
     return PairDerivatives(sums, d_query, d_ref, mixed)
 
 
-def _curvature_term(m_q: Tensor, m_r: Tensor, h: Tensor, table: Tensor) -> Tensor:
+def _curvature_term(m_q: Tensor, m_r: Tensor, h: Tensor, table: Tensor,
+                    products: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
     """Σ_a Σ_u h_ab(u) (m_e · D(u)) (m'_ε · D(u)) per reference environment b, (B, 3n, 3n'), for
     the moments m_q (A, B, 3n, L3), m_r (A, B, 3n', L3) and weights h (A, B, K). With many
     reference tangents as m_eᵀ H m'_ε, H = Σ_u h(u) D(u) D(u)ᵀ (one GEMM of K × L3(L3 + 1)/2 per
-    pair: H is symmetric); with few (2·3n' < L3: contracted expansions), by synthesising
-    m'_ε · D(u) on the support, weighting it by h and projecting it back (2 · 3n' · K · L3 per
-    pair)."""
+    pair: H is symmetric; ``products``: the measure's ``support_products``); with few
+    (2·3n' < L3: contracted expansions; ``products`` None), by synthesising m'_ε · D(u) on the
+    support, weighting it by h and projecting it back (2 · 3n' · K · L3 per pair)."""
     n_a, n_b, r3, side = m_r.shape
-    if 2 * r3 < side:
+    if products is None:
         projected = ((m_r @ table.T) * h[:, :, None]) @ table  # (A, B, 3n', L3)
         return (m_q @ projected.transpose(-1, -2)).sum(0)
-    i, j = torch.triu_indices(side, side, device=table.device)
-    upper = (h.flatten(0, 1) @ (table[:, i] * table[:, j])).view(n_a, n_b, -1)  # H is symmetric: its upper triangle
+    i, j, pairs = products
+    upper = (h.flatten(0, 1) @ pairs).view(n_a, n_b, -1)  # H is symmetric: its upper triangle
     curvature = h.new_empty(n_a, n_b, side, side)
     curvature[..., i, j] = upper
     curvature[..., j, i] = upper

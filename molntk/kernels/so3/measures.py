@@ -69,6 +69,17 @@ class SO3Measure:
             self._tables[key] = ((table * w[:, None]).contiguous(), (table * deg).contiguous())
         return self._tables[key]
 
+    def support_products(self, band_limit: int, dtype: torch.dtype, device) -> tuple[Tensor, Tensor, Tensor]:
+        """(i, j, D(u_k)_i D(u_k)_j) over the pairs i ≤ j of the flattened table's L3 columns, at
+        the K support points (no identity row): shape (K, L3(L3 + 1)/2); made once per band
+        limit, dtype and device (the curvature terms of the closed-form derivative kernels)."""
+        key = ("products", band_limit, dtype, str(device))
+        if key not in self._tables:
+            table = self.table(band_limit, dtype, device)[:-1]
+            i, j = torch.triu_indices(table.shape[1], table.shape[1], device=table.device)
+            self._tables[key] = (i, j, (table[:, i] * table[:, j]).contiguous())
+        return self._tables[key]
+
     def mean_weights(self, dtype: torch.dtype, device) -> Tensor:
         """Weights for Σ_k w_k ψ(u_k), padded with 0 for the identity: shape (K + 1,); made
         once per dtype and device (read-only: every tile of every layer uses it)."""

@@ -27,7 +27,11 @@ mean(r_F²)/mean(y_F²), minimised over the grid λ_E = ρ · mean(diag K_EE), �
 :data:`~molntk.regression.noise_search.SCALE_GRID`, λ_F = q ρ · mean(diag K_FF), q in
 :data:`~molntk.regression.noise_search.RATIO_GRID` (each λ at least
 ``psd_rtol`` times its mean diagonal; one eigendecomposition per ratio, :func:`select_noise`). Numbers instead
-of "cv" in ``reg_energy`` / ``reg_force`` fix the absolute λ's.
+of "cv" in ``reg_energy`` / ``reg_force`` fix the absolute λ's. For thousands of
+configurations ``noise_search="local"`` searches the whole grid on the first
+:data:`LOCAL_START` configurations only, then moves from that choice to the best neighbouring
+grid point of the whole problem while the criterion falls (one Cholesky factorisation per
+visited point, on the GPU with ``device="cuda"``; :func:`select_noise_local`).
 
 Predictions for a molecule M: E(M) = E_dressed(M) + Σ_j α_E,j Θ(M, M_j) − Σ_j α_F,jᵀ ∂Θ(M, M_j)/∂r_j,
 and F(M) = −∂E(M)/∂r, which equals the derivative-kernel prediction [−∂Θ/∂r, ∂²Θ/∂r∂r'] α
@@ -104,8 +108,15 @@ from molntk.molecular.pooled_derivatives import (
 )
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
-from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, NoiseChoice, grouped_residuals, search_noise
+from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, NoiseChoice, cholesky_grouped_residuals, climb_noise,
+                                            grouped_residuals, loo_criterion, search_noise)
 from molntk.regression.sparse_joint import fit_sparse_joint
+
+#: Query molecules whose tangent feature maps are computed together when predicting (exact model).
+QUERY_BATCH = 64
+#: Configurations whose sub-problem's full-grid choice starts the local noise search
+#: (:func:`select_noise_local`).
+LOCAL_START = 250
 
 #: Name and version of the force field's model file format.
 FORMAT = "molntk-so3-force-field"
@@ -160,6 +171,56 @@ def select_noise(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, groups: Seq
     return search_noise(residuals_for, y, is_force, scale_e, scale_f, floor, ratios, scales)
 
 
+def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, groups: Sequence[np.ndarray],
+                       floor: float = 0.0, device: str | torch.device = "cpu", start_configs: int | None = None,
+                       trace: list[dict[str, Any]] | None = None) -> NoiseChoice:
+    """The noise search of ``noise_search="local"``: :func:`select_noise` on the rows of the
+    first ``start_configs`` configurations (their energies and forces, a leading sub-problem of
+    K), then :func:`~molntk.regression.noise_search.climb_noise` on the whole K from the (ρ, q)
+    chosen there, each visited point scored by the same criterion from one Cholesky
+    factorisation on ``device`` (:func:`~molntk.regression.noise_search.cholesky_grouped_residuals`;
+    ``start_configs`` None: :data:`LOCAL_START`); ``trace`` (a list) receives every visited
+    point as {rho, q, score} (score None where K + Λ is not positive definite). With at most
+    ``start_configs`` configurations it is :func:`select_noise`. Memory: K and three matrices
+    of its size on ``device`` (the shifted copy, its factor, the inverse)."""
+    start_configs = LOCAL_START if start_configs is None else start_configs
+    if len(groups) <= start_configs:
+        return select_noise(K, y, is_force, groups, floor)
+    rows = np.concatenate([np.arange(start_configs), *[g[1:] for g in groups[:start_configs]]])
+    sub_force, sub_groups = joint_rows(start_configs, [(len(g) - 1) // 3 for g in groups[:start_configs]])
+    sub_k = K[np.ix_(rows, rows)]
+    sub_diag = np.diag(sub_k)
+    lam_e, lam_f, _, _ = select_noise(sub_k, y[rows], sub_force, sub_groups, floor)
+    del sub_k
+    rho0 = lam_e / float(np.mean(sub_diag[~sub_force]))
+    q0 = lam_f / float(np.mean(sub_diag[sub_force])) / rho0
+    start = (int(np.argmin(np.abs(np.log10(SCALE_GRID / rho0)))), int(np.argmin(np.abs(np.log10(RATIO_GRID / q0)))))
+    diag = np.diag(K)
+    scale_e, scale_f = float(np.mean(diag[~is_force])), float(np.mean(diag[is_force]))
+    k_dev, y_dev = torch.as_tensor(K, device=device), torch.as_tensor(y, device=device)
+    force_dev = torch.as_tensor(is_force, device=device)
+    scores: dict[tuple[int, int], float] = {}
+
+    def score(i: int, j: int) -> float:
+        if (i, j) not in scores:
+            rho, q = float(SCALE_GRID[i]), float(RATIO_GRID[j])
+            value, residuals = np.inf, None
+            if rho >= floor and q * rho >= floor:
+                lam = torch.where(force_dev, q * rho * scale_f, rho * scale_e).to(k_dev.dtype)
+                residuals = cholesky_grouped_residuals(k_dev, y_dev, lam, groups)
+                if residuals is not None:
+                    value = loo_criterion(residuals, y, is_force)
+                if trace is not None:
+                    trace.append({"rho": rho, "q": q, "score": None if residuals is None else value})
+            scores[(i, j)] = value
+        return scores[(i, j)]
+
+    i, j = climb_noise(score, start)
+    usable = [k for k, rho in enumerate(SCALE_GRID) if rho >= floor and RATIO_GRID[j] * rho >= floor]
+    edge = i in (usable[0], usable[-1]) or j in (0, len(RATIO_GRID) - 1)
+    return NoiseChoice(float(SCALE_GRID[i]) * scale_e, float(RATIO_GRID[j] * SCALE_GRID[i]) * scale_f, scores[(i, j)], edge)
+
+
 def _reg(value: float | str, name: str) -> float | None:
     """None for "cv", else a λ ≥ 0 (InputError naming ``name``)."""
     if isinstance(value, str):
@@ -181,6 +242,10 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     ``device``, ``block_size``; float64 and ``reduce="sum"`` always); ``residual`` (subtract the
     dressed-atom model); ``reg_energy``, ``reg_force``: "cv" (both chosen together by
     grouped LOO) or absolute λ_E, λ_F (both must be numbers, or both "cv"; > 0 in sparse mode);
+    ``noise_search`` (exact model, "cv" λ's): "grid" (the whole grid, one eigendecomposition of
+    K per ratio) or "local" (the grid on the first :data:`LOCAL_START` configurations, then a
+    local search on the whole K, one Cholesky factorisation per visited point on ``device``:
+    :func:`select_noise_local`; for thousands of configurations);
     ``inducing`` (None: the exact model; m: the sparse model), ``inducing_selection``,
     ``inducing_seed``, ``rank_rtol`` (sparse mode, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`);
     ``baseline`` (None, or the physical baseline of Δ-learning, module docstring) and ``unit``
@@ -199,6 +264,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     residual: bool = True
     reg_energy: float | str = "cv"
     reg_force: float | str = "cv"
+    noise_search: str = "grid"
     device: str = "cpu"
     unit: str | None = None
 
@@ -214,6 +280,11 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         check_baseline(self.baseline)
         if self.baseline is not None:
             check_energy_unit(self.unit, self.baseline)
+        if self.noise_search not in ("grid", "local"):
+            raise InputError("noise_search", f"must be 'grid' or 'local', got {self.noise_search!r}")
+        if self.noise_search == "local" and self.inducing is not None:
+            raise InputError("noise_search", "'local' is the exact model's search (inducing=None); the sparse model "
+                             "searches its whole grid in closed form")
         lam_e, lam_f = _reg(self.reg_energy, "reg_energy"), _reg(self.reg_force, "reg_force")
         if (lam_e is None) != (lam_f is None):
             raise InputError("reg_force" if lam_f is None else "reg_energy",
@@ -280,7 +351,10 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
                    groups: list[np.ndarray], lam_e: float | None, lam_f: float | None) -> None:
         """α of the joint kernel (module docstring, exact model)."""
         K = joint_kernel(kernel, molecules)
-        if lam_e is None:
+        if lam_e is None and self.noise_search == "local":
+            lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_ = select_noise_local(
+                K, y, is_force, groups, floor=self.psd_rtol, device=kernel.ctx.device)
+        elif lam_e is None:
             lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_ = select_noise(K, y, is_force, groups, floor=self.psd_rtol)
         else:
             self.cv_score_ = self.reg_at_grid_edge_ = None
@@ -369,9 +443,11 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             self._references = contracted_tangent_features(kernel, self.train_molecules_, coef)
         a = torch.as_tensor(self.energy_coef_, dtype=torch.float64, device=device)
         out = []
-        for m in molecules:
-            value, grad = closed_form_expansion(kernel, tangent_features(kernel, [m]), self._references, a)
-            out.append((value, grad.reshape(-1, 3)))
+        for start in range(0, len(molecules), QUERY_BATCH):  # the query tangents of a batch in one pass
+            queries = tangent_features(kernel, molecules[start : start + QUERY_BATCH])
+            for i in range(len(queries.n_atoms)):
+                value, grad = closed_form_expansion(kernel, queries.molecules(i, i + 1), self._references, a)
+                out.append((value, grad.reshape(-1, 3)))
         return out
 
     # -- files ---------------------------------------------------------------------------

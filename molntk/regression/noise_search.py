@@ -13,7 +13,12 @@ mean prior variances of the two kinds of rows; pairs with ρ or q ρ below a flo
 The model supplies, per ratio q (one factorisation each), the LOO residuals at each ρ.
 
 For a Gaussian model with C = (K + Λ)⁻¹ and α = C y, the residuals of group g are
-r_g = (C_gg)⁻¹ α_g (:func:`grouped_residuals`).
+r_g = (C_gg)⁻¹ α_g (:func:`grouped_residuals`; :func:`cholesky_grouped_residuals` from one
+Cholesky factorisation of K + Λ on K's device).
+
+Where one factorisation per ratio is too dear (an exact energy+force model of thousands of
+configurations), :func:`climb_noise` finds a local minimum of the same criterion on the same
+(ρ, q) lattice, one factorisation per visited point, from a given start.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from molntk.errors import InputError
 
@@ -56,13 +62,18 @@ def grouped_residuals(block: Callable[[np.ndarray], np.ndarray], alpha: np.ndarr
     return out
 
 
+def loo_criterion(residuals: np.ndarray, y: np.ndarray, is_force: np.ndarray) -> float:
+    """mean(r_E²) / mean(y_E²) + mean(r_F²) / mean(y_F²) (module docstring) of LOO residuals r."""
+    norm_e, norm_f = max(float(np.mean(y[~is_force] ** 2)), 1e-300), max(float(np.mean(y[is_force] ** 2)), 1e-300)
+    return float(np.mean(residuals[~is_force] ** 2) / norm_e + np.mean(residuals[is_force] ** 2) / norm_f)
+
+
 def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, is_force: np.ndarray, scale_e: float,
                  scale_f: float, floor: float = 0.0, ratios: np.ndarray = RATIO_GRID,
                  scales: np.ndarray = SCALE_GRID) -> NoiseChoice:
     """The (λ_E, λ_F) minimising the module docstring's criterion (:class:`NoiseChoice`);
     ``residuals_for(q)`` factorises the model for ratio q and returns its residuals at each ρ. InputError (naming
     ``psd_rtol``) when no grid point gives a positive definite system."""
-    norm_e, norm_f = max(float(np.mean(y[~is_force] ** 2)), 1e-300), max(float(np.mean(y[is_force] ** 2)), 1e-300)
     best, at = np.inf, (0.0, 0.0, False)
     for q in ratios:
         usable = [rho for rho in scales if rho >= floor and q * rho >= floor]
@@ -73,10 +84,53 @@ def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, i
             res = residuals_at(float(rho))
             if res is None:
                 continue
-            score = float(np.mean(res[~is_force] ** 2) / norm_e + np.mean(res[is_force] ** 2) / norm_f)
+            score = loo_criterion(res, y, is_force)
             if score < best:
                 edge = rho in (usable[0], usable[-1]) or q in (ratios[0], ratios[-1])
                 best, at = score, (rho * scale_e, q * rho * scale_f, edge)
     if not np.isfinite(best):
         raise InputError("psd_rtol", f"no noise level of the CV grid at or above the floor {floor} gives a positive definite system")
     return NoiseChoice(at[0], at[1], best, at[2])
+
+
+def cholesky_grouped_residuals(K: torch.Tensor, y: torch.Tensor, lam: torch.Tensor,
+                               groups: Sequence[np.ndarray]) -> np.ndarray | None:
+    """Grouped LOO residuals r_g = (C_gg)⁻¹ α_g with C = (K + diag(λ))⁻¹, α = C y, from one
+    Cholesky factorisation and inversion on K's device (float64 tensors; the groups' blocks
+    solved together per group size); None when K + diag(λ) is not positive definite."""
+    shifted = K.clone()
+    shifted.diagonal().add_(lam)
+    factor, info = torch.linalg.cholesky_ex(shifted)
+    del shifted
+    if int(info) != 0:
+        return None
+    inverse = torch.cholesky_inverse(factor)
+    del factor
+    alpha = inverse @ y
+    out = torch.empty_like(y)
+    for size in sorted({len(g) for g in groups}):
+        rows = torch.as_tensor(np.stack([g for g in groups if len(g) == size]), device=K.device)
+        out[rows] = torch.linalg.solve(inverse[rows[:, :, None], rows[:, None, :]], alpha[rows])
+    return out.cpu().numpy()
+
+
+def climb_noise(score: Callable[[int, int], float], start: tuple[int, int],
+                shape: tuple[int, int] = (len(SCALE_GRID), len(RATIO_GRID))) -> tuple[int, int]:
+    """A local minimum of ``score(i, j)`` (the criterion at ρ = SCALE_GRID[i], q = RATIO_GRID[j];
+    inf where unusable or not positive definite) on the lattice of ``shape``: from ``start`` up
+    in ρ to the first finite point, then to the best of the four neighbours (ρ half a decade,
+    q a decade either way) while that is lower. InputError (naming ``psd_rtol``) when no ρ
+    above the start is positive definite."""
+    here = start
+    while not np.isfinite(score(*here)) and here[0] + 1 < shape[0]:
+        here = (here[0] + 1, here[1])
+    if not np.isfinite(score(*here)):
+        raise InputError("psd_rtol", "no noise level of the CV grid at or above the start gives a positive definite system")
+    while True:
+        i, j = here
+        neighbours = [(i + di, j + dj) for di, dj in ((-1, 0), (1, 0), (0, -1), (0, 1))
+                      if 0 <= i + di < shape[0] and 0 <= j + dj < shape[1]]
+        best = min(neighbours, key=lambda p: score(*p))
+        if score(*best) >= score(*here):
+            return here
+        here = best

@@ -20,7 +20,10 @@ from molntk.data.readers import molecule_to_atoms
 from molntk.errors import InputError
 from molntk.models.calculator import MolntkCalculator
 from molntk.models.delta import baseline_results
-from molntk.models.force_field import SO3ForceFieldRegressor, grouped_loo_residuals, joint_rows, select_noise
+from molntk.models import force_field
+from molntk.models.force_field import (SO3ForceFieldRegressor, grouped_loo_residuals, joint_rows, select_noise,
+                                       select_noise_local)
+from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, loo_criterion
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.molecular.derivative_kernels import derivative_rows
 from tests.helpers.forces import central_difference_forces
@@ -94,6 +97,60 @@ def test_closed_form_loo_is_refitting_without_the_configuration():
     assert lam_e > 0 and lam_f > 0 and np.isfinite(score)
 
 
+def brute_force_criterion(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, groups, lam_e: float, lam_f: float) -> float:
+    """The grouped-LOO criterion from an explicit inverse (inf where K + Λ is not positive definite)."""
+    shifted = K + np.diag(np.where(is_force, lam_f, lam_e))
+    if np.linalg.eigvalsh(shifted).min() <= 0:
+        return np.inf
+    inverse = np.linalg.inv(shifted)
+    return loo_criterion(grouped_loo_residuals(inverse, inverse @ y, groups), y, is_force)
+
+
+def test_the_local_noise_search_stops_at_a_local_minimum_of_the_brute_force_criterion():
+    """A synthetic joint problem of 9 configurations (sizes 1–3 atoms), the search started from
+    the grid's choice on the first 3: the chosen (ρ, q) has the explicit-inverse criterion the
+    search reports (1e-9 relative: both from O(1)-conditioned solves) and none of its four
+    lattice neighbours is lower; every visited point is in the trace; with at most
+    ``start_configs`` configurations it is the grid search."""
+    rng = np.random.default_rng(3)
+    sizes = [2, 3, 1, 2, 3, 2, 1, 3, 2]
+    is_force, groups = joint_rows(len(sizes), sizes)
+    n = is_force.size
+    x = rng.normal(size=(n, n // 2))
+    K = x @ x.T + 0.05 * np.eye(n)
+    y = x @ rng.normal(size=n // 2) + 0.3 * rng.normal(size=n)
+    trace: list[dict] = []
+    lam_e, lam_f, score, _ = select_noise_local(K, y, is_force, groups, floor=1e-6, start_configs=3, trace=trace)
+    s_e, s_f = np.mean(np.diag(K)[~is_force]), np.mean(np.diag(K)[is_force])
+    i = int(np.argmin(np.abs(np.log10(SCALE_GRID * s_e / lam_e))))
+    j = int(np.argmin(np.abs(np.log10(RATIO_GRID * SCALE_GRID[i] * s_f / lam_f))))
+    assert lam_e == pytest.approx(SCALE_GRID[i] * s_e) and lam_f == pytest.approx(RATIO_GRID[j] * SCALE_GRID[i] * s_f)
+    assert score == pytest.approx(brute_force_criterion(K, y, is_force, groups, lam_e, lam_f), rel=1e-9)
+    for di, dj in [(-1, 0), (1, 0), (0, -1), (0, 1)]:
+        if 0 <= i + di < len(SCALE_GRID) and 0 <= j + dj < len(RATIO_GRID):
+            rho, q = SCALE_GRID[i + di], RATIO_GRID[j + dj]
+            assert brute_force_criterion(K, y, is_force, groups, rho * s_e, q * rho * s_f) >= score * (1 - 1e-9)
+    assert any(p["rho"] == pytest.approx(SCALE_GRID[i]) and p["q"] == pytest.approx(RATIO_GRID[j]) for p in trace)
+    assert select_noise_local(K, y, is_force, groups, floor=1e-6, start_configs=9) == select_noise(K, y, is_force, groups, floor=1e-6)
+
+
+def test_a_local_noise_search_fit_scores_its_choice_on_the_whole_problem(sample, monkeypatch):
+    """``noise_search="local"`` in the estimator, the search started from the first 2 of 5
+    frames: its ``cv_score_`` is the explicit-inverse criterion at its λ's on the joint kernel
+    of all 5 (the same kernel ``fit`` builds). Both λ's are at least psd_rtol = 1e-4 of the
+    mean diagonal, so the system's condition number is ≲ 1e5 and the Cholesky and
+    explicit-inverse routes agree to ≲ 1e-10 relative; bound 1e-6."""
+    mols, e, f = sample
+    rows = [0, 12, 24, 36, 48]
+    monkeypatch.setattr(force_field, "LOCAL_START", 2)
+    model = SO3ForceFieldRegressor(noise_search="local", **PARAMS).fit([mols[i] for i in rows], e[rows], [f[i] for i in rows])
+    K = force_field.joint_kernel(model.kernel_, [mols[i] for i in rows])
+    is_force, groups = joint_rows(len(rows), [mols[i].n_atoms for i in rows])
+    y = np.concatenate([e[rows] - e[rows].mean(), np.concatenate([f[i].reshape(-1) for i in rows])])
+    expected = brute_force_criterion(K, y, is_force, groups, model.reg_energy_, model.reg_force_)
+    assert model.cv_score_ == pytest.approx(expected, rel=1e-6)
+
+
 def test_forces_are_minus_the_gradient_of_the_predicted_energy(tiny, sample):
     """F = −∂E/∂r against central differences of ``predict``, h = 1e-4 Å, all 27 coordinates of
     a test frame: truncation h²/6 |∂³E| ~ 1e-8 relative, rounding ε |E| / h ≈ 1e-16 · 300 eV /
@@ -142,6 +199,10 @@ def test_bad_inputs_name_the_argument(tiny, sample):
         SO3ForceFieldRegressor(reg_energy=1e-3, **PARAMS).fit(mols, e, f)
     with pytest.raises(InputError, match="reg_energy"):
         SO3ForceFieldRegressor(reg_energy="loo", reg_force="cv", **PARAMS).fit(mols, e, f)
+    with pytest.raises(InputError, match="noise_search"):
+        SO3ForceFieldRegressor(noise_search="eigh", **PARAMS).fit(mols, e, f)
+    with pytest.raises(InputError, match="noise_search"):
+        SO3ForceFieldRegressor(noise_search="local", inducing=10, **PARAMS).fit(mols, e, f)
     with pytest.raises(InputError, match="SO3ForceFieldRegressor"):
         SO3ForceFieldRegressor(**PARAMS).predict(mols)
     with pytest.raises(InputError):

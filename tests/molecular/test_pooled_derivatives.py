@@ -24,7 +24,8 @@ from molntk.features.environments import FeatureConfig
 from molntk.features.radial import GaussianBasis
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
-from molntk.molecular.pooled_derivatives import contracted_tangent_features, tangent_features
+from molntk.molecular.pooled_derivatives import (VALUE_BUDGET, closed_form_rows, contracted_tangent_features,
+                                                tangent_features, value_budget)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -104,3 +105,22 @@ def test_method_is_checked(frames):
         derivative_rows(kernel(), frames[0], frames[1:2], method="symbolic")
     with pytest.raises(InputError, match="method"):
         derivative_rows(kernel("lift:3 erf pool dense erf dense"), frames[0], frames[1:2], method="closed-form")
+
+
+def test_chunking_does_not_change_the_rows(frames):
+    """One reference molecule per chunk (budget 1) and all in one (the default) give the same
+    rows to rounding (the chunks only split the sum over reference molecules)."""
+    k = kernel()
+    tangents = tangent_features(k, frames)
+    query, refs = tangents.molecules(0, 1), tangents.molecules(0, 3)
+    for one, many in zip(closed_form_rows(k, query, refs), closed_form_rows(k, query, refs, budget=1)):
+        np.testing.assert_allclose(many, one, rtol=0, atol=1e-15 * np.abs(one).max())
+
+
+def test_the_chunk_budget_grows_with_a_cuda_device_free_memory(monkeypatch):
+    """CPU: VALUE_BUDGET; CUDA: 1/64 of the free memory in float64 values, never below VALUE_BUDGET."""
+    assert value_budget("cpu") == VALUE_BUDGET
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (80 * 2**30, 141 * 2**30))
+    assert value_budget(torch.device("cuda")) == 80 * 2**30 // 512
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2**20, 141 * 2**30))
+    assert value_budget("cuda:0") == VALUE_BUDGET

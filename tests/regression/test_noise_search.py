@@ -1,14 +1,17 @@
 """The two-noise-level search (molntk.regression.noise_search) on residual functions whose
 criterion is known in closed form: it finds the grid's minimum and says when that lies on an
-end of the grid or at the floor."""
+end of the grid or at the floor; the local search (``climb_noise``) on lattice bowls; the
+Cholesky route to grouped LOO residuals against refits without each group."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from molntk.errors import InputError
-from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, search_noise
+from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, cholesky_grouped_residuals, climb_noise, loo_criterion,
+                                            search_noise)
 
 IS_FORCE = np.array([False, True, True, True])
 Y = np.ones(4)
@@ -46,3 +49,44 @@ def test_a_ratio_on_an_end_is_flagged_and_no_positive_definite_point_is_an_input
     assert search_noise(bowl(1e-4, 1e9), Y, IS_FORCE, 1.0, 1.0).at_grid_edge
     with pytest.raises(InputError, match="psd_rtol"):
         search_noise(lambda q: (lambda rho: None), Y, IS_FORCE, 1.0, 1.0)
+
+
+def lattice_bowl(best: tuple[int, int], not_positive_below: int = -1):
+    """Scores (i − i*)² + (j − j*)² + 1 on the lattice, inf for ρ indices ≤ ``not_positive_below``."""
+    def score(i: int, j: int) -> float:
+        return np.inf if i <= not_positive_below else (i - best[0]) ** 2 + (j - best[1]) ** 2 + 1.0
+    return score
+
+
+@pytest.mark.parametrize("start", [(0, 0), (28, 12), (10, 3)])
+def test_the_climb_finds_the_minimum_of_a_bowl_from_any_start(start):
+    assert climb_noise(lattice_bowl((7, 9)), start) == (7, 9)
+
+
+def test_the_climb_goes_up_in_rho_out_of_the_not_positive_definite_region():
+    """From a start where K + Λ is not positive definite (inf) the climb moves up in ρ to the
+    first finite point; the bowl's minimum lies in the inf region, so it stops at its edge."""
+    assert climb_noise(lattice_bowl((3, 6), not_positive_below=5), (1, 6)) == (6, 6)
+    with pytest.raises(InputError, match="psd_rtol"):
+        climb_noise(lambda i, j: np.inf, (0, 0))
+
+
+def test_cholesky_grouped_residuals_are_the_brute_force_leave_one_group_out():
+    """Groups of unequal sizes, residuals against refitting without each group (explicit
+    solves); a matrix that is not positive definite gives None."""
+    rng = np.random.default_rng(1)
+    groups = [np.array([0, 4, 5]), np.array([1, 6]), np.array([2, 7, 8]), np.array([3])]
+    n = 9
+    x = rng.normal(size=(n, n + 2))
+    K, y, lam = x @ x.T, rng.normal(size=n), np.full(n, 0.2)
+    got = cholesky_grouped_residuals(torch.as_tensor(K), torch.as_tensor(y), torch.as_tensor(lam), groups)
+    for g in groups:
+        keep = np.setdiff1d(np.arange(n), g)
+        a = np.linalg.solve(K[np.ix_(keep, keep)] + np.diag(lam[keep]), y[keep])
+        np.testing.assert_allclose(got[g], y[g] - K[np.ix_(g, keep)] @ a, rtol=0, atol=1e-10)
+    assert cholesky_grouped_residuals(torch.as_tensor(K), torch.as_tensor(y), torch.as_tensor(np.full(n, -50.0)), groups) is None
+
+
+def test_the_criterion_is_the_sum_of_the_normalised_mean_squared_errors():
+    residuals, y = np.array([1.0, 2.0, 0.0, 2.0]), np.array([2.0, 1.0, 3.0, 1.0])
+    assert loo_criterion(residuals, y, IS_FORCE) == pytest.approx(1.0 / 4.0 + (4.0 + 0.0 + 4.0) / 3 / (11.0 / 3))

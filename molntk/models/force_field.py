@@ -520,9 +520,15 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
 
 
 def solve_joint(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, lam_e: float, lam_f: float) -> np.ndarray:
-    """α = (K + diag(λ_E on energy rows, λ_F on force rows))⁻¹ y (Cholesky; LU if not positive definite)."""
-    a = K + np.diag(np.where(is_force, lam_f, lam_e))
+    """α = (K + diag(λ_E on energy rows, λ_F on force rows))⁻¹ y (Cholesky; LU if not positive
+    definite), in one working copy of K."""
+    lam = np.where(is_force, lam_f, lam_e)
+    a = K.copy()
+    a[np.diag_indices_from(a)] += lam
     try:
-        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(a, lower=True, check_finite=False), y, check_finite=False)
+        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(a, lower=True, overwrite_a=True, check_finite=False), y,
+                                      check_finite=False)
     except np.linalg.LinAlgError:
-        return np.linalg.solve(a, y)
+        a[:] = K
+        a[np.diag_indices_from(a)] += lam
+        return scipy.linalg.solve(a, y, overwrite_a=True, check_finite=False)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
+import scipy.linalg
 import torch
 
 from molntk.errors import InputError
@@ -97,21 +98,50 @@ def cholesky_grouped_residuals(K: torch.Tensor, y: torch.Tensor, lam: torch.Tens
                                groups: Sequence[np.ndarray]) -> np.ndarray | None:
     """Grouped LOO residuals r_g = (C_gg)⁻¹ α_g with C = (K + diag(λ))⁻¹, α = C y, from one
     Cholesky factorisation and inversion on K's device (float64 tensors; the groups' blocks
-    solved together per group size); None when K + diag(λ) is not positive definite."""
-    shifted = K.clone()
-    shifted.diagonal().add_(lam)
-    factor, info = torch.linalg.cholesky_ex(shifted)
-    del shifted
-    if int(info) != 0:
-        return None
-    inverse = torch.cholesky_inverse(factor)
-    del factor
-    alpha = inverse @ y
-    out = torch.empty_like(y)
+    solved together per group size); None when K + diag(λ) is not positive definite. Memory
+    besides K: on the CPU one matrix of its size (LAPACK's potrf and potri in place, the lower
+    triangle of C), on a GPU two (factor and inverse)."""
+    if K.device.type == "cpu":
+        inverse = _cpu_lower_inverse(K.numpy(), lam.numpy())
+        if inverse is None:
+            return None
+        alpha = scipy.linalg.blas.dsymv(1.0, inverse, y.numpy(), lower=1)
+        block = lambda rows: _symmetric_block(inverse, rows)  # noqa: E731
+    else:
+        shifted = K.clone()
+        shifted.diagonal().add_(lam)
+        factor, info = torch.linalg.cholesky_ex(shifted)
+        del shifted
+        if int(info) != 0:
+            return None
+        inverse = torch.cholesky_inverse(factor)
+        del factor
+        alpha = inverse @ y
+        block = lambda rows: inverse[rows[:, :, None], rows[:, None, :]]  # noqa: E731
+    out, alpha = torch.empty(len(y), dtype=torch.float64, device=K.device), torch.as_tensor(alpha, device=K.device)
     for size in sorted({len(g) for g in groups}):
         rows = torch.as_tensor(np.stack([g for g in groups if len(g) == size]), device=K.device)
-        out[rows] = torch.linalg.solve(inverse[rows[:, :, None], rows[:, None, :]], alpha[rows])
+        out[rows] = torch.linalg.solve(torch.as_tensor(block(rows)), alpha[rows])
     return out.cpu().numpy()
+
+
+def _cpu_lower_inverse(K: np.ndarray, lam: np.ndarray) -> np.ndarray | None:
+    """The lower triangle of (K + diag(λ))⁻¹ in one working copy (LAPACK dpotrf, dpotri), or None
+    when K + diag(λ) is not positive definite."""
+    work = np.array(K, order="F", copy=True)
+    work[np.diag_indices_from(work)] += lam
+    factor, info = scipy.linalg.lapack.dpotrf(work, lower=1, clean=0, overwrite_a=1)
+    if info != 0:
+        return None
+    inverse, info = scipy.linalg.lapack.dpotri(factor, lower=1, overwrite_c=1)
+    return inverse if info == 0 else None
+
+
+def _symmetric_block(lower: np.ndarray, rows: torch.Tensor) -> np.ndarray:
+    """C[g, g] for each row set g of ``rows`` (G, s), from the lower triangle of a symmetric C."""
+    r = rows.numpy()
+    i, j = np.maximum(r[:, :, None], r[:, None, :]), np.minimum(r[:, :, None], r[:, None, :])
+    return lower[i, j]
 
 
 def climb_noise(score: Callable[[int, int], float], start: tuple[int, int],

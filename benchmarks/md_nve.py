@@ -75,15 +75,16 @@ def bond_lengths(atoms: Atoms, pairs: list[tuple[int, int]]) -> np.ndarray:
     return np.array([atoms.get_distance(i, j) for i, j in pairs])
 
 
-def force_field(molecule: str, n_train: int | None, model_dir: Path, device: str | None = None
-                ) -> tuple[SO3ForceFieldRegressor, list, dict]:
-    """The force field ``models.so3_forces`` of ``configs/md_<molecule>.yaml`` fitted on the
-    first ``n_train`` training frames of its split (None: its largest size) on ``device``
-    (None: the config's), loaded when saved before with these settings, else fitted and
-    saved; the test frames; the settings."""
+def force_field(molecule: str, n_train: int | None, model_dir: Path, device: str | None = None, key: str = "so3_forces",
+                changes: dict | None = None) -> tuple[SO3ForceFieldRegressor, list, dict]:
+    """The force field ``models.<key>`` (``so3_forces``: sparse; ``so3_forces_exact``) of
+    ``configs/md_<molecule>.yaml``, its parameters updated by ``changes``, fitted on the first
+    ``n_train`` training frames of its split (None: its largest size) on ``device`` (None: the
+    config's), loaded when saved before with these settings, else fitted and saved; the test
+    frames; the settings."""
     config = TASKS.load(CONFIGS / f"md_{molecule}.yaml")
     n_train = n_train or config.split.n_train[-1]
-    params = {"unit": config.data.energy_unit, **config.models.so3_forces.params}
+    params = {"unit": config.data.energy_unit, **getattr(config.models, key).params, **(changes or {})}
     if device is not None:
         params["device"] = device
     data = read_labelled(md_cache_dir() / f"{molecule}.extxyz", [config.data.energy_key], forces=True)
@@ -100,7 +101,7 @@ def force_field(molecule: str, n_train: int | None, model_dir: Path, device: str
     seconds = time.perf_counter() - start
     model_dir.mkdir(parents=True, exist_ok=True)
     model.save(path)
-    return model, [data.molecules[i] for i in test], {**settings, "fit_s": seconds, "rank": model.rank_}
+    return model, [data.molecules[i] for i in test], {**settings, "fit_s": seconds, "rank": getattr(model, "rank_", None)}
 
 
 def run_nve(model: SO3ForceFieldRegressor, start: Atoms, steps: int, dt_fs: float, temperature: float, seed: int,

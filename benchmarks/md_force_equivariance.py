@@ -33,8 +33,11 @@ import numpy as np
 import torch
 from scipy.spatial.transform import Rotation
 
-from md_nve import force_field
+from md_nve import CONFIGS, force_field
+from molntk.data.labelled import read_labelled
+from molntk.data.md import md_cache_dir
 from molntk.data.molecule import Molecule
+from molntk.pipelines.tasks import TASKS
 from molntk.utils.files import atomic_write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "md_force_equivariance.json"
@@ -62,6 +65,20 @@ def rotation_errors(model, frames: list[Molecule], rotations: np.ndarray) -> dic
             "energy_error_median_meV": 1e3 * float(np.median(energy_abs))}
 
 
+def test_errors(model, molecule: str, test: list[Molecule]) -> dict:
+    """Energy and force-component MAE (meV, meV/Å) on the test frames (``test``: the frames of
+    the config's split, in its order; their labels read from the cached trajectory by id)."""
+    config = TASKS.load(CONFIGS / f"md_{molecule}.yaml")
+    data = read_labelled(md_cache_dir() / f"{molecule}.extxyz", [config.data.energy_key], forces=True)
+    index = {m.id: i for i, m in enumerate(data.molecules)}
+    rows = [index[m.id] for m in test]
+    energies, forces = model.predict_forces(test, return_energy=True)
+    true_e = np.asarray(data.targets[config.data.energy_key])[rows]
+    true_f = np.concatenate([np.ravel(data.forces[i]) for i in rows])
+    return {"test_frames": len(test), "test_energy_mae_meV": 1e3 * float(np.mean(np.abs(energies - true_e))),
+            "test_force_mae_meV_per_A": 1e3 * float(np.mean(np.abs(np.concatenate([np.ravel(f) for f in forces]) - true_f)))}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--molecules", nargs="+", default=["ethanol"])
@@ -75,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, default=RESULTS)
     parser.add_argument("--grid-band-limit", type=int, default=None, help="another quadrature than the config's")
     parser.add_argument("--psd-rtol", type=float, default=None, help="another λ floor than the config's")
+    parser.add_argument("--score-test", action="store_true", help="also the energy and force MAE on every test frame")
     args = parser.parse_args(argv)
     changes = {key: value for key, value in (("grid_band_limit", args.grid_band_limit), ("psd_rtol", args.psd_rtol))
                if value is not None}
@@ -90,6 +108,8 @@ def main(argv: list[str] | None = None) -> None:
                    "fit_s": settings["fit_s"], "reg_energy": model.reg_energy_, "reg_force": model.reg_force_,
                    "frames": args.n_frames, "rotations": args.n_rotations,
                    **rotation_errors(model, test[: args.n_frames], rotations)}
+            if args.score_test:
+                row.update(test_errors(model, molecule, test))
             row["seconds"] = time.perf_counter() - tic
             same = lambda r: (r["molecule"], r["model"], r["n_train"], r["params"]) == (molecule, name, n_train, row["params"])  # noqa: E731
             out["rows"] = [r for r in out["rows"] if not same(r)]

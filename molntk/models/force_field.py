@@ -105,11 +105,12 @@ from molntk.molecular.pooled_derivatives import (
     closed_form_supported,
     contracted_tangent_features,
     tangent_features,
+    value_budget,
 )
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, NoiseChoice, cholesky_grouped_residuals, climb_noise,
-                                            grouped_residuals, loo_criterion, search_noise)
+                                            grouped_residuals, loo_criterion, on_grid_edge, search_noise)
 from molntk.regression.sparse_joint import fit_sparse_joint
 
 #: Query molecules whose tangent feature maps are computed together when predicting (exact model).
@@ -216,9 +217,8 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
         return scores[(i, j)]
 
     i, j = climb_noise(score, start)
-    usable = [k for k, rho in enumerate(SCALE_GRID) if rho >= floor and RATIO_GRID[j] * rho >= floor]
-    edge = i in (usable[0], usable[-1]) or j in (0, len(RATIO_GRID) - 1)
-    return NoiseChoice(float(SCALE_GRID[i]) * scale_e, float(RATIO_GRID[j] * SCALE_GRID[i]) * scale_f, scores[(i, j)], edge)
+    rho, q = SCALE_GRID[i], RATIO_GRID[j]
+    return NoiseChoice(float(rho) * scale_e, float(q * rho) * scale_f, scores[(i, j)], on_grid_edge(rho, q, floor))
 
 
 def _reg(value: float | str, name: str) -> float | None:
@@ -442,11 +442,12 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             coef = torch.as_tensor(-self.force_coef_, dtype=torch.float64, device=device)
             self._references = contracted_tangent_features(kernel, self.train_molecules_, coef)
         a = torch.as_tensor(self.energy_coef_, dtype=torch.float64, device=device)
+        budget = value_budget(device)
         out = []
         for start in range(0, len(molecules), QUERY_BATCH):  # the query tangents of a batch in one pass
             queries = tangent_features(kernel, molecules[start : start + QUERY_BATCH])
             for i in range(len(queries.n_atoms)):
-                value, grad = closed_form_expansion(kernel, queries.molecules(i, i + 1), self._references, a)
+                value, grad = closed_form_expansion(kernel, queries.molecules(i, i + 1), self._references, a, budget=budget)
                 out.append((value, grad.reshape(-1, 3)))
         return out
 

@@ -70,6 +70,7 @@ from molntk.molecular.pooled_derivatives import (
     closed_form_supported,
     contracted_tangent_features,
     tangent_features,
+    value_budget,
 )
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.utils.autograd import grads_or_zeros
@@ -227,10 +228,12 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
     if closed:
         tangents = tangent_features(kernel, molecules)
         tangents2 = tangents if same else tangent_features(kernel, others)
+        budget = value_budget(kernel.ctx.device)
     for i, mol in enumerate(molecules):
         start = i if same else 0
         if closed:
-            rows = DerivativeRows(*closed_form_rows(kernel, tangents.molecules(i, i + 1), tangents2.molecules(start, n2)))
+            rows = DerivativeRows(*closed_form_rows(kernel, tangents.molecules(i, i + 1), tangents2.molecules(start, n2),
+                                                    budget=budget))
         else:
             rows = derivative_rows(kernel, mol, others[start:], method="autograd")
         cols = np.arange(start, n2)

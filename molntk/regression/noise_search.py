@@ -69,6 +69,19 @@ def loo_criterion(residuals: np.ndarray, y: np.ndarray, is_force: np.ndarray) ->
     return float(np.mean(residuals[~is_force] ** 2) / norm_e + np.mean(residuals[is_force] ** 2) / norm_f)
 
 
+def usable_scales(q: float, floor: float, scales: np.ndarray = SCALE_GRID) -> list[float]:
+    """The noise scales ρ of ``scales`` whose λ's both reach the floor at ratio q: ρ ≥ floor and q ρ ≥ floor."""
+    return [rho for rho in scales if rho >= floor and q * rho >= floor]
+
+
+def on_grid_edge(rho: float, q: float, floor: float, ratios: np.ndarray = RATIO_GRID,
+                 scales: np.ndarray = SCALE_GRID) -> bool:
+    """Whether (ρ, q) lies on an end of the grid (:class:`NoiseChoice`): the smallest or largest
+    usable ρ at q (:func:`usable_scales`) or an end of ``ratios``."""
+    usable = usable_scales(q, floor, scales)
+    return rho in (usable[0], usable[-1]) or q in (ratios[0], ratios[-1])
+
+
 def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, is_force: np.ndarray, scale_e: float,
                  scale_f: float, floor: float = 0.0, ratios: np.ndarray = RATIO_GRID,
                  scales: np.ndarray = SCALE_GRID) -> NoiseChoice:
@@ -77,7 +90,7 @@ def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, i
     ``psd_rtol``) when no grid point gives a positive definite system."""
     best, at = np.inf, (0.0, 0.0, False)
     for q in ratios:
-        usable = [rho for rho in scales if rho >= floor and q * rho >= floor]
+        usable = usable_scales(q, floor, scales)
         if not usable:
             continue
         residuals_at = residuals_for(float(q))
@@ -87,8 +100,7 @@ def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, i
                 continue
             score = loo_criterion(res, y, is_force)
             if score < best:
-                edge = rho in (usable[0], usable[-1]) or q in (ratios[0], ratios[-1])
-                best, at = score, (rho * scale_e, q * rho * scale_f, edge)
+                best, at = score, (rho * scale_e, q * rho * scale_f, on_grid_edge(rho, q, floor, ratios, scales))
     if not np.isfinite(best):
         raise InputError("psd_rtol", f"no noise level of the CV grid at or above the floor {floor} gives a positive definite system")
     return NoiseChoice(at[0], at[1], best, at[2])

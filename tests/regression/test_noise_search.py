@@ -11,7 +11,7 @@ import torch
 
 from molntk.errors import InputError
 from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, cholesky_grouped_residuals, climb_noise, loo_criterion,
-                                            search_noise)
+                                            on_grid_edge, search_noise)
 
 IS_FORCE = np.array([False, True, True, True])
 Y = np.ones(4)
@@ -49,6 +49,15 @@ def test_a_ratio_on_an_end_is_flagged_and_no_positive_definite_point_is_an_input
     assert search_noise(bowl(1e-4, 1e9), Y, IS_FORCE, 1.0, 1.0).at_grid_edge
     with pytest.raises(InputError, match="psd_rtol"):
         search_noise(lambda q: (lambda rho: None), Y, IS_FORCE, 1.0, 1.0)
+
+
+def test_the_edge_at_a_small_ratio_is_where_the_force_noise_meets_the_floor():
+    # q = 1e-2, floor 1e-6: λ_F = q ρ reaches the floor first, at ρ = 1e-4 (the grid's index 18)
+    assert SCALE_GRID[18] == pytest.approx(1e-4)
+    assert on_grid_edge(SCALE_GRID[18], 1e-2, floor=1e-6)
+    assert not on_grid_edge(SCALE_GRID[19], 1e-2, floor=1e-6)
+    assert not on_grid_edge(SCALE_GRID[18], 1.0, floor=1e-6)  # at q = 1 the floor is ρ = 1e-6
+    assert on_grid_edge(SCALE_GRID[-1], 1.0, floor=0.0) and on_grid_edge(SCALE_GRID[18], RATIO_GRID[0], floor=0.0)
 
 
 def lattice_bowl(best: tuple[int, int], not_positive_below: int = -1):

@@ -28,8 +28,8 @@ mean(r_F²)/mean(y_F²), minimised over the grid λ_E = ρ · mean(diag K_EE), �
 :data:`~molntk.regression.noise_search.RATIO_GRID` (each λ at least
 ``psd_rtol`` times its mean diagonal; one eigendecomposition per ratio, :func:`select_noise`). Numbers instead
 of "cv" in ``reg_energy`` / ``reg_force`` fix the absolute λ's. For thousands of
-configurations ``noise_search="local"`` searches the whole grid on the first
-:data:`LOCAL_START` configurations only, then moves from that choice to the best neighbouring
+configurations ``noise_search="local"`` searches the whole grid on the first configurations
+only (:data:`LOCAL_START_ROWS` rows: 250 configurations of 9 atoms), then moves from that choice to the best neighbouring
 grid point of the whole problem while the criterion falls (one Cholesky factorisation per
 visited point, on the GPU with ``device="cuda"``; :func:`select_noise_local`).
 
@@ -115,9 +115,17 @@ from molntk.regression.sparse_joint import fit_sparse_joint
 
 #: Query molecules whose tangent feature maps are computed together when predicting (exact model).
 QUERY_BATCH = 64
-#: Configurations whose sub-problem's full-grid choice starts the local noise search
-#: (:func:`select_noise_local`).
-LOCAL_START = 250
+#: Rows (energies and force components) of the leading configurations whose full-grid choice
+#: starts the local noise search (:func:`select_noise_local`): 250 configurations of a 9-atom
+#: molecule, 109 of a 21-atom one; the grid search's 13 eigendecompositions of a matrix of this
+#: side stay about a minute on a multi-core host whatever the molecule's size.
+LOCAL_START_ROWS = 7000
+
+
+def local_start(groups: Sequence[np.ndarray]) -> int:
+    """The number of leading configurations whose rows (1 + 3n each, ``groups``) total at most
+    :data:`LOCAL_START_ROWS` (at least 1)."""
+    return max(1, int(np.searchsorted(np.cumsum([len(g) for g in groups]), LOCAL_START_ROWS, side="right")))
 
 #: Name and version of the force field's model file format.
 FORMAT = "molntk-so3-force-field"
@@ -180,11 +188,11 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
     K), then :func:`~molntk.regression.noise_search.climb_noise` on the whole K from the (ρ, q)
     chosen there, each visited point scored by the same criterion from one Cholesky
     factorisation on ``device`` (:func:`~molntk.regression.noise_search.cholesky_grouped_residuals`;
-    ``start_configs`` None: :data:`LOCAL_START`); ``trace`` (a list) receives every visited
+    ``start_configs`` None: :func:`local_start`); ``trace`` (a list) receives every visited
     point as {rho, q, score} (score None where K + Λ is not positive definite). With at most
     ``start_configs`` configurations it is :func:`select_noise`. Memory: K and three matrices
     of its size on ``device`` (the shifted copy, its factor, the inverse)."""
-    start_configs = LOCAL_START if start_configs is None else start_configs
+    start_configs = local_start(groups) if start_configs is None else start_configs
     if len(groups) <= start_configs:
         return select_noise(K, y, is_force, groups, floor)
     rows = np.concatenate([np.arange(start_configs), *[g[1:] for g in groups[:start_configs]]])
@@ -243,7 +251,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     dressed-atom model); ``reg_energy``, ``reg_force``: "cv" (both chosen together by
     grouped LOO) or absolute λ_E, λ_F (both must be numbers, or both "cv"; > 0 in sparse mode);
     ``noise_search`` (exact model, "cv" λ's): "grid" (the whole grid, one eigendecomposition of
-    K per ratio) or "local" (the grid on the first :data:`LOCAL_START` configurations, then a
+    K per ratio) or "local" (the grid on the first :data:`LOCAL_START_ROWS` rows' configurations, then a
     local search on the whole K, one Cholesky factorisation per visited point on ``device``:
     :func:`select_noise_local`; for thousands of configurations);
     ``inducing`` (None: the exact model; m: the sparse model), ``inducing_selection``,

@@ -135,6 +135,15 @@ def test_the_local_noise_search_stops_at_a_local_minimum_of_the_brute_force_crit
     assert select_noise_local(K, y, is_force, groups, floor=1e-6, start_configs=9) == select_noise(K, y, is_force, groups, floor=1e-6)
 
 
+def test_the_local_search_starts_from_the_configurations_whose_rows_fit_the_start_budget():
+    _, groups = joint_rows(300, [9] * 300)  # 28 rows per ethanol frame
+    assert force_field.local_start(groups) == force_field.LOCAL_START_ROWS // 28
+    _, groups = joint_rows(300, [21] * 300)  # 64 rows per aspirin frame
+    assert force_field.local_start(groups) == force_field.LOCAL_START_ROWS // 64
+    _, groups = joint_rows(2, [3000, 3000])  # one configuration already over the budget
+    assert force_field.local_start(groups) == 1
+
+
 def test_a_local_noise_search_fit_scores_its_choice_on_the_whole_problem(sample, monkeypatch):
     """``noise_search="local"`` in the estimator, the search started from the first 2 of 5
     frames: its ``cv_score_`` is the explicit-inverse criterion at its λ's on the joint kernel
@@ -143,7 +152,7 @@ def test_a_local_noise_search_fit_scores_its_choice_on_the_whole_problem(sample,
     explicit-inverse routes agree to ≲ 1e-10 relative; bound 1e-6."""
     mols, e, f = sample
     rows = [0, 12, 24, 36, 48]
-    monkeypatch.setattr(force_field, "LOCAL_START", 2)
+    monkeypatch.setattr(force_field, "LOCAL_START_ROWS", 2 * (1 + 3 * 9))  # the first 2 ethanol frames
     model = SO3ForceFieldRegressor(noise_search="local", **PARAMS).fit([mols[i] for i in rows], e[rows], [f[i] for i in rows])
     K = force_field.joint_kernel(model.kernel_, [mols[i] for i in rows])
     is_force, groups = joint_rows(len(rows), [mols[i].n_atoms for i in rows])

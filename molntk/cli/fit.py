@@ -7,6 +7,11 @@
   defaults (the main job's model) with the file's elements, on every molecule of FILE that
   could be read (:func:`molntk.pipelines.qm9.fit_labelled_file`); ``--baseline``: Δ-learning
   on GFN2-xTB (:mod:`molntk.models.delta`; the target must be an energy in ``--unit``).
+* ``molntk fit --data FILE --target KEY --forces [--inducing m]``: a force field trained on
+  the energies KEY (eV) and the per-atom forces (eV/Å) of every frame of FILE (extended xyz,
+  ASE database, MD17/rMD17 ``.npz``;
+  :func:`molntk.pipelines.md.model_file.fit_force_field_file`), for ``molntk predict`` and
+  the ASE calculator.
 
 Progress goes to stderr, the files written to stdout (a table, or one JSON document with
 ``--json``). Exit status 1 when molecules of the data file could not be read (each is
@@ -28,6 +33,7 @@ from molntk.cli.output import EXIT_FAILED, print_json, print_results_table, stde
 from molntk.cli.progress import job_progress
 from molntk.config import ConfigProblem, ConfigValidationError
 from molntk.models.delta import BASELINES
+from molntk.pipelines.md.model_file import FORCE_FIELD_UNIT, fit_force_field_file
 from molntk.pipelines.qm9 import QM9PropertyConfig, fit_labelled_file, fit_so3_models
 from molntk.pipelines.tasks import TASKS
 
@@ -46,6 +52,8 @@ def fit(
     baseline: Annotated[str | None, typer.Option("--baseline", help="With --data: learn the residual of this physical "
                                                  f"baseline ({', '.join(BASELINES)}); the target must be an energy in --unit.",
                                                  show_default=False)] = None,
+    forces: Annotated[bool, typer.Option("--forces", help="With --data: a force field, trained on the energies KEY "
+                                         f"({FORCE_FIELD_UNIT}) and the file's per-atom forces ({FORCE_FIELD_UNIT}/Å).")] = False,
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Folder for the model files (default: models/ in the config's output folder; "
@@ -65,6 +73,16 @@ def fit(
         if baseline is not None and baseline not in BASELINES:
             raise typer.BadParameter(f"unknown baseline {baseline!r}; choose one of {', '.join(BASELINES)}", param_hint="--baseline")
         read = {"smiles_column": smiles_column} if smiles_column is not None else {}
+        if forces:
+            if unit not in ("unknown", FORCE_FIELD_UNIT):
+                raise typer.BadParameter(f"a force field is fitted in {FORCE_FIELD_UNIT} and {FORCE_FIELD_UNIT}/Å "
+                                         f"(the readers' force unit), not {unit!r}", param_hint="--unit")
+            result = fit_force_field_file(data, target, Path("models") if out is None else out, inducing=inducing,
+                                          baseline=baseline, **read)
+            kind = "sparse" if result["sparse"] else "exact"
+            _show(result, f"{data}: SO(3) NTK force field ({kind}) on {result['n_train']} frames", as_json,
+                  {"data": str(data), "target": target, "unit": FORCE_FIELD_UNIT, "forces": True})
+            return
         with _progress_log():
             result = fit_labelled_file(data, target, Path("models") if out is None else out, unit=unit, inducing=inducing,
                                        baseline=baseline, verbose=True, **read)
@@ -72,7 +90,7 @@ def fit(
         _show(result, title, as_json, {"data": str(data), "target": target, "unit": unit})
         return
     for option, value in (("--target", target), ("--smiles-column", smiles_column), ("--inducing", inducing),
-                          ("--baseline", baseline)):
+                          ("--baseline", baseline), ("--forces", forces or None)):
         if value is not None:
             raise typer.BadParameter(f"{option} applies to --data, not to CONFIG", param_hint=option)
     resolved = TASKS.load(config, list(overrides or ()))

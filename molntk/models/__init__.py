@@ -8,7 +8,8 @@
 - :mod:`~molntk.models.delta`: the physical baselines (GFN2-xTB) whose residual an
   :class:`SO3NTKRegressor` with ``baseline`` learns (Δ-learning);
 - :mod:`~molntk.models.force_field`: :class:`SO3ForceFieldRegressor`, kernel ridge on energies
-  and forces together with the derivative kernels of the same NTK (GDML/GAP form).
+  and forces together with the derivative kernels of the same NTK (GDML/GAP form);
+- :mod:`~molntk.models.loading`: ``load_model``, either estimator from its model file.
 """
 
 from molntk.models.force_field import SO3ForceFieldRegressor

@@ -112,6 +112,7 @@ from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, NoiseChoice, cholesky_grouped_residuals, climb_noise,
                                             grouped_residuals, loo_criterion, on_grid_edge, search_noise)
 from molntk.regression.sparse_joint import fit_sparse_joint
+from molntk.scale.memory import available_ram_bytes
 
 #: Query molecules whose tangent feature maps are computed together when predicting (exact model).
 QUERY_BATCH = 64
@@ -229,6 +230,25 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
     return NoiseChoice(float(rho) * scale_e, float(q * rho) * scale_f, scores[(i, j)], on_grid_edge(rho, q, floor))
 
 
+def exact_host_bytes(rows: int, reg: str, noise_search: str) -> int:
+    """Host memory of the exact model's fit with ``rows`` = N + 3Σn joint rows, in float64
+    matrices of rows²: K and the solve's factor (2), with the grid search's eigenvectors and
+    scaled copy (3; ``reg`` "cv" and ``noise_search`` "grid")."""
+    return (3 if reg == "cv" and noise_search == "grid" else 2) * rows * rows * 8
+
+
+def check_exact_memory(rows: int, reg: str, noise_search: str, available: int | None = None) -> None:
+    """InputError naming ``inducing`` when :func:`exact_host_bytes` exceeds the available RAM
+    (``available`` bytes; None: :func:`~molntk.scale.memory.available_ram_bytes`), before any
+    kernel is computed: the exact model of N configurations of n atoms has N(1 + 3n) rows."""
+    need = exact_host_bytes(rows, reg, noise_search)
+    available = available_ram_bytes() if available is None else available
+    if need > available:
+        raise InputError("inducing", f"the exact energy+force model has {rows:,} joint rows: its fit needs ≈ "
+                         f"{need / 2**30:.1f} GiB of memory, {available / 2**30:.1f} GiB are available; give "
+                         "inducing=m for the sparse model (a few thousand inducing environments), or fewer configurations")
+
+
 def _reg(value: float | str, name: str) -> float | None:
     """None for "cv", else a λ ≥ 0 (InputError naming ``name``)."""
     if isinstance(value, str):
@@ -258,6 +278,9 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     ``inducing_seed``, ``rank_rtol`` (sparse mode, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`);
     ``baseline`` (None, or the physical baseline of Δ-learning, module docstring) and ``unit``
     (the energy unit of the data: needed with a baseline; the ASE calculator reads it).
+
+    The exact model's fit is refused (InputError naming ``inducing``) before any kernel is
+    computed when its matrices exceed the available memory (:func:`check_exact_memory`).
 
     Fitted attributes: ``sparse_`` (whether the sparse model was fitted), ``training_elements_``,
     ``dressed_atom_`` (or None), ``reg_energy_``, ``reg_force_`` (λ_E, λ_F used), ``cv_score_``
@@ -358,6 +381,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     def _fit_exact(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray, is_force: np.ndarray,
                    groups: list[np.ndarray], lam_e: float | None, lam_f: float | None) -> None:
         """α of the joint kernel (module docstring, exact model)."""
+        check_exact_memory(len(y), "cv" if lam_e is None else "fixed", self.noise_search)
         K = joint_kernel(kernel, molecules)
         if lam_e is None and self.noise_search == "local":
             lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_ = select_noise_local(

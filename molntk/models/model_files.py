@@ -27,6 +27,8 @@ from molntk.utils.files import atomic_path
 
 T = TypeVar("T")
 
+#: Suffix of a model file (``<target>.molntk.npz`` where a command writes one per target).
+MODEL_SUFFIX = ".molntk.npz"
 #: How files that hold pickled objects begin: a pickle (protocol ≥ 2), a ``.npy`` of objects.
 PICKLED_MAGIC = (b"\x80", b"\x93NUMPY")
 

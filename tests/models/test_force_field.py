@@ -18,13 +18,15 @@ from threadpoolctl import threadpool_limits
 
 from molntk.data.molecule import Molecule
 from molntk.data.readers import molecule_to_atoms
-from molntk.errors import InputError
+from molntk.errors import InputError, ModelFileError
 from molntk.models.calculator import MolntkCalculator
 from molntk.models.delta import baseline_results
 from molntk.models import force_field
 from molntk.models.force_field import (SO3ForceFieldRegressor, grouped_loo_residuals, joint_rows, select_noise,
                                        select_noise_local)
 from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, loo_criterion
+from molntk.models.loading import load_model
+from molntk.models.model_files import read_model_archive, write_model_archive
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.molecular.derivative_kernels import derivative_rows
 from tests.helpers.forces import central_difference_forces
@@ -297,7 +299,6 @@ def test_a_saved_force_field_loads_and_predicts_the_same(tiny, sample, tmp_path)
     assert np.array_equal(e0, e1) and all(np.array_equal(a, b) for a, b in zip(f0, f1))
     assert np.array_equal(loaded.predict(test), model.predict(test))
 
-    from molntk.errors import ModelFileError
     energy_model = tmp_path / "energy.molntk.npz"
     SO3NTKRegressor(reg=1e-3, **PARAMS).fit(test, sample[1][[3, 40]]).save(energy_model)
     with pytest.raises(ModelFileError, match="not a molntk SO\\(3\\) NTK force field"):
@@ -309,6 +310,28 @@ def test_a_saved_force_field_loads_and_predicts_the_same(tiny, sample, tmp_path)
         SO3ForceFieldRegressor.load(tmp_path / "cut.npz")
     with pytest.raises(InputError, match="save called before fit"):
         SO3ForceFieldRegressor().save(tmp_path / "x.npz")
+    # load_model reads either kind by the format its file names, and refuses others
+    assert isinstance(load_model(path), SO3ForceFieldRegressor) and isinstance(load_model(energy_model), SO3NTKRegressor)
+    arrays, meta = read_model_archive(path)
+    write_model_archive(tmp_path / "other.npz", {**meta, "format": "someone-elses"}, arrays)
+    with pytest.raises(ModelFileError, match="other.npz.*format 'someone-elses'"):
+        load_model(tmp_path / "other.npz")
+
+
+def test_the_exact_model_that_cannot_fit_memory_is_refused_before_any_kernel(sample, monkeypatch):
+    """Ethanol at N = 1,000 (28,000 joint rows) needs 3 · 28,000² · 8 B = 17.5 GiB with the grid
+    search, 11.7 GiB with the local one; aspirin's 64,000 rows need 61 GiB. The estimator
+    checks this before computing any kernel."""
+    assert force_field.exact_host_bytes(28_000, "cv", "grid") == 3 * 28_000**2 * 8
+    assert force_field.exact_host_bytes(28_000, "cv", "local") == force_field.exact_host_bytes(28_000, "fixed", "grid")
+    force_field.check_exact_memory(28_000, "cv", "local", available=24 * 2**30)
+    with pytest.raises(InputError, match="inducing.*64,000 joint rows.*61.0 GiB"):
+        force_field.check_exact_memory(64_000, "cv", "local", available=24 * 2**30)
+    mols, e, f = sample
+    monkeypatch.setattr(force_field, "available_ram_bytes", lambda: 10**5)
+    monkeypatch.setattr(force_field, "joint_kernel", lambda *a, **k: pytest.fail("kernel computed"))
+    with pytest.raises(InputError, match="inducing.*140 joint rows"):  # 5 frames × (1 + 27)
+        SO3ForceFieldRegressor(**PARAMS).fit(mols[:5], e[:5], f[:5])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

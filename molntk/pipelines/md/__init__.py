@@ -13,7 +13,9 @@ training frames.
 Files in the output folder (:mod:`molntk.pipelines.files`): ``report.json``,
 ``config.yaml``, ``metrics.csv``, ``learning_curve_energy.png``, ``learning_curve_forces.png``.
 Modules: :mod:`~molntk.pipelines.md.config` (the schema), :mod:`~molntk.pipelines.md.run`
-(``run_md_force_field``).
+(``run_md_force_field``), :mod:`~molntk.pipelines.md.fits` (the fit cache),
+:mod:`~molntk.pipelines.md.model_file` (``molntk fit --data FILE --forces``: a force-field
+model file from one labelled file).
 """
 
 from molntk.pipelines.md.config import MDForceFieldConfig

@@ -22,11 +22,9 @@ import numpy as np
 
 from molntk.data.molecule import Molecule
 from molntk.models import SO3NTKRegressor
+from molntk.models.model_files import MODEL_SUFFIX
 from molntk.pipelines.qm9.candidates import so3_recipe
 from molntk.pipelines.qm9.config import QM9PropertyConfig, SO3Candidate
-
-#: Suffix of a model file.
-MODEL_SUFFIX = ".molntk.npz"
 
 
 def so3_estimator(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str, residual: bool,

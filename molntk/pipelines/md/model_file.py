@@ -1,0 +1,56 @@
+"""``molntk fit --data FILE --target KEY --forces``: a force-field model file from one labelled file.
+
+:class:`~molntk.models.force_field.SO3ForceFieldRegressor` (its defaults; ``elements`` the
+file's) fitted on the energies (target ``target``) and per-atom forces of every frame of
+the file that could be read (:func:`~molntk.data.labelled.read_labelled` with
+``forces=True``: extended xyz, ASE database, MD17/rMD17 ``.npz``), written to
+``out/<target>.molntk.npz``. Energies in eV and forces in eV/Å (the readers' unit for
+forces; MD17's kcal/mol are converted on reading). Without ``inducing`` the exact model (the
+joint kernel of every frame's energy and forces, its noise levels by
+``noise_search="local"``: the whole grid on the leading frames, then a local search; for up
+to a few hundred frames of a small molecule on a CPU), with ``inducing`` = m the sparse
+model for thousands of frames. The exact model's memory is checked before any kernel is
+computed (:func:`~molntk.models.force_field.check_exact_memory`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from molntk.data.labelled import read_labelled
+from molntk.errors import InputError
+from molntk.models.force_field import SO3ForceFieldRegressor
+from molntk.models.model_files import MODEL_SUFFIX
+from molntk.pipelines.files import output_dir, result_set
+from molntk.scale.devices import resolve_device
+
+#: The energy unit a force field is fitted in: the readers give forces in eV/Å.
+FORCE_FIELD_UNIT = "eV"
+
+
+def fit_force_field_file(path: str | Path, target: str, out: str | Path, *, inducing: int | None = None,
+                         baseline: str | None = None, device: str = "auto", **read: Any) -> dict[str, Any]:
+    """Fit and write the force field of the labelled file ``path`` (module docstring); returns
+    ``{"output", "model_files": {target: path}, "n_train", "read_failures", "sparse", "reg_energy",
+    "reg_force"}``. ``out`` is checked writable before the file is read; an InputError names
+    the file when no frame with an energy and forces could be read."""
+    folder = output_dir(Path(path).stem, out)
+    data = read_labelled(path, target, forces=True, **read)
+    if not data.molecules:
+        raise InputError(str(path), f"no frame with a value of {target!r} and forces could be read ({len(data.failures)} failed)")
+    model = SO3ForceFieldRegressor(elements=data.elements, inducing=inducing, baseline=baseline, unit=FORCE_FIELD_UNIT,
+                                   device=str(resolve_device(device)),
+                                   noise_search="local" if inducing is None else "grid")
+    model.fit(data.molecules, data.targets[target], data.forces)
+    with result_set(folder) as stage:
+        model.save(stage / f"{target}{MODEL_SUFFIX}")
+    return {
+        "output": str(folder),
+        "model_files": {target: str(folder / f"{target}{MODEL_SUFFIX}")},
+        "n_train": len(data.molecules),
+        "read_failures": [failure.message for failure in data.failures],
+        "sparse": model.sparse_,
+        "reg_energy": model.reg_energy_,
+        "reg_force": model.reg_force_,
+    }

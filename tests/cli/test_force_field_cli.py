@@ -1,0 +1,119 @@
+"""``molntk fit --data FILE --target KEY --forces`` and ``molntk predict`` with its model file:
+the file holds the force field the estimator fits by hand (same energies and forces); a
+frame without forces is named (exit 1, fitted on the rest); predictions go to JSON (with
+forces) and extended xyz (read back by ASE), not to CSV; an energy model is not written
+to extended xyz."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import ase.io
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from molntk.cli.main import app
+from molntk.data.labelled import read_labelled
+from molntk.models import SO3ForceFieldRegressor
+from molntk.models.loading import load_model
+
+SAMPLE = "data/md/ethanol_sample.extxyz"
+
+
+def unboxed(text: str) -> str:
+    """rich's error box, unwrapped into one line."""
+    return " ".join(re.sub("[│╭╮╰╯─]", " ", text).split())
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory):
+    """6 training frames of the ethanol sample (the third without forces) and 3 test frames."""
+    folder = tmp_path_factory.mktemp("forces")
+    train = ase.io.read(SAMPLE, index=":6")
+    energy = train[2].get_potential_energy()
+    train[2].calc = None
+    train[2].info["energy"] = energy
+    ase.io.write(folder / "train.extxyz", train, format="extxyz")
+    ase.io.write(folder / "test.extxyz", ase.io.read(SAMPLE, index="50:53"), format="extxyz")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def fitted(frames):
+    """``molntk fit --forces`` on the training frames: the run's result and its model file."""
+    out = frames / "models"
+    result = CliRunner().invoke(app, ["fit", "--data", str(frames / "train.extxyz"), "--target", "energy", "--forces",
+                                      "--out", str(out), "--json"])
+    return result, out / "energy.molntk.npz"
+
+
+def test_fit_forces_writes_the_force_field_fitted_by_hand_and_names_the_frame_without_forces(frames, fitted):
+    result, path = fitted
+    assert result.exit_code == 1, result.output  # one frame had no forces
+    document = json.loads(result.stdout)
+    assert document["result"]["n_train"] == 5 and not document["result"]["sparse"]
+    [failure] = document["result"]["read_failures"]
+    assert "forces" in failure
+    model = load_model(path)
+    assert isinstance(model, SO3ForceFieldRegressor) and model.unit_ == "eV"
+    data = read_labelled(frames / "train.extxyz", "energy", forces=True)
+    by_hand = SO3ForceFieldRegressor(elements=data.elements, unit="eV", noise_search="local")
+    by_hand.fit(data.molecules, data.targets["energy"], data.forces)
+    test = read_labelled(frames / "test.extxyz", "energy", forces=True).molecules
+    energies, forces = model.predict_forces(test, return_energy=True)
+    expected_e, expected_f = by_hand.predict_forces(test, return_energy=True)
+    np.testing.assert_allclose(energies, expected_e, rtol=1e-10)
+    np.testing.assert_allclose(np.stack(forces), np.stack(expected_f), rtol=1e-8, atol=1e-10)
+
+
+def test_predict_with_a_force_field_writes_energies_and_forces_to_json_and_extxyz(frames, fitted):
+    _, path = fitted
+    model = load_model(path)
+    test = read_labelled(frames / "test.extxyz", "energy", forces=True).molecules
+    energies, forces = model.predict_forces(test, return_energy=True)
+    runner = CliRunner()
+    result = runner.invoke(app, ["predict", "--model", str(path), "--input", str(frames / "test.extxyz"),
+                                 "--out", str(frames / "pred.json"), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((frames / "pred.json").read_text())["predictions"]
+    assert [r["target"] for r in rows] == ["energy"] * 3
+    np.testing.assert_allclose([r["prediction"] for r in rows], energies, rtol=1e-12)
+    np.testing.assert_allclose(np.array([r["forces"] for r in rows]), np.stack(forces), rtol=1e-12)
+    result = runner.invoke(app, ["predict", "--model", str(path), "--input", str(frames / "test.extxyz"),
+                                 "--out", str(frames / "pred.extxyz")])
+    assert result.exit_code == 0, result.output
+    written = ase.io.read(frames / "pred.extxyz", index=":")
+    assert [a.info["id"] for a in written] == [m.id for m in test]
+    np.testing.assert_allclose([a.get_potential_energy() for a in written], energies, rtol=1e-12)
+    # extended xyz writes per-atom columns with 8 decimals: rounding ≤ 5e-9
+    np.testing.assert_allclose(np.stack([a.get_forces() for a in written]), np.stack(forces), rtol=0, atol=5.01e-9)
+    np.testing.assert_allclose(written[0].positions, test[0].positions, rtol=0, atol=5.01e-9)
+
+
+def test_predict_with_a_force_field_to_csv_is_a_usage_error_that_writes_nothing(frames, fitted):
+    _, path = fitted
+    out = frames / "pred.csv"
+    result = CliRunner().invoke(app, ["predict", "--model", str(path), "--input", str(frames / "test.extxyz"), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "is a force field" in unboxed(result.output) and ".extxyz" in result.output
+    assert not out.exists()
+
+
+def test_predict_with_an_energy_model_to_extxyz_is_a_usage_error(fitted_so3, tmp_path):
+    model, _, _ = fitted_so3
+    path = model.save(tmp_path / "m.npz")
+    result = CliRunner().invoke(app, ["predict", "--model", str(path), "--smiles", "CCO", "--out", str(tmp_path / "p.extxyz")])
+    assert result.exit_code == 2, result.output
+    assert "is an energy model" in unboxed(result.output)
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["fit", "--data", SAMPLE, "--target", "energy", "--forces", "--unit", "kcal/mol"], "--unit"),
+    (["fit", "configs/qm9_u0.yaml", "--forces"], "--forces"),
+])
+def test_fit_forces_usage_errors_exit_2_naming_the_option(args, hint):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert hint in result.output

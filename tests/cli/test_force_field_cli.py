@@ -117,3 +117,15 @@ def test_fit_forces_usage_errors_exit_2_naming_the_option(args, hint):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert hint in result.output
+
+
+def test_fit_forces_on_a_file_without_forces_names_it_and_writes_nothing(tmp_path):
+    out = tmp_path / "models"
+    frames = ase.io.read("data/examples/qm9_subset.extxyz", index=":3")  # U0 values, no forces
+    ase.io.write(tmp_path / "no_forces.extxyz", frames, format="extxyz")
+    result = CliRunner().invoke(app, ["fit", "--data", str(tmp_path / "no_forces.extxyz"), "--target", "U0", "--forces",
+                                      "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "no_forces.extxyz" in text and "no frame with a value of 'U0' and forces" in text
+    assert not (out / "U0.molntk.npz").exists()

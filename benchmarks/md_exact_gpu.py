@@ -8,7 +8,7 @@ The md task's ``so3_forces_exact`` model (the config's parameters with ``device=
 pool; the test frames), fitted and scored by the pipeline's own
 :func:`molntk.pipelines.md.run.evaluate`, as ``molntk run`` would with those two settings:
 the library's full noise search factorises the N(1 + 3n)-square joint matrix once per ratio
-of its grid (13 eigendecompositions of a 28,000-square matrix for ethanol at N = 1,000); the
+of its grid (15 eigendecompositions of a 28,000-square matrix for ethanol at N = 1,000); the
 local search (:func:`~molntk.models.force_field.select_noise_local`) takes the full grid on
 the first frames only (7,000 rows: 250 frames of ethanol, 109 of aspirin) and then one
 Cholesky factorisation on the GPU per visited point.

@@ -118,7 +118,7 @@ from molntk.scale.memory import available_ram_bytes
 QUERY_BATCH = 64
 #: Rows (energies and force components) of the leading configurations whose full-grid choice
 #: starts the local noise search (:func:`select_noise_local`): 250 configurations of a 9-atom
-#: molecule, 109 of a 21-atom one; the grid search's 13 eigendecompositions of a matrix of this
+#: molecule, 109 of a 21-atom one; the grid search's 15 eigendecompositions of a matrix of this
 #: side stay about a minute on a multi-core host whatever the molecule's size.
 LOCAL_START_ROWS = 7000
 

@@ -36,8 +36,9 @@ from molntk.errors import InputError
 #: kernels accurate enough for a floor ``psd_rtol`` that low: noise-free energies and forces
 #: of an accurate quadrature choose the smallest λ the kernel allows).
 SCALE_GRID = np.logspace(-13, 1, 29)
-#: Ratios q of the CV grid: λ_F = q ρ s_F.
-RATIO_GRID = np.logspace(-6, 6, 13)
+#: Ratios q of the CV grid: λ_F = q ρ s_F (decades; up to 1e8: the sparse malonaldehyde force
+#: field at N = 100 chose q = 1e7, a lower criterion than on the grid's former end 1e6).
+RATIO_GRID = np.logspace(-6, 8, 15)
 
 
 class NoiseChoice(NamedTuple):

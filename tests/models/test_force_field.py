@@ -185,7 +185,7 @@ def test_forces_in_training_beat_an_energy_only_model(sample):
     Measured: 185 vs 701 meV/Å (the energy-only model's forces are barely better than zero
     forces, 701 meV/Å mean |F|); energy MAE 51 vs 117 meV. Asserted: force MAE below half the
     energy-only one, and the energy MAE lower too. About 10 s (the 210 pairs of the 560-row
-    joint kernel, grouped LOO over 13 ratios × 21 scales, predictions)."""
+    joint kernel, grouped LOO over 15 ratios × 21 scales, predictions)."""
     mols, e, f = sample
     train, test = list(range(0, 100, 5)), list(range(2, 100, 5))
     joint = SO3ForceFieldRegressor(**PARAMS).fit([mols[i] for i in train], e[train], [f[i] for i in train])

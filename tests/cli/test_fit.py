@@ -68,6 +68,8 @@ def test_fit_data_with_a_baseline_writes_a_delta_model(labelled_file, tmp_path):
     (["fit", "configs/qm9_u0.yaml", "--data", EXAMPLE, "--target", "U0"], "CONFIG"),
     (["fit", "--data", EXAMPLE], "--target"),
     (["fit", "configs/qm9_u0.yaml", "--target", "U0"], "--target"),
+    (["fit", "--data", "data/md/ethanol_sample.extxyz", "--target", "energy", "--forces", "--unit", "kcal/mol"], "--unit"),
+    (["fit", "configs/qm9_u0.yaml", "--forces"], "--forces"),
 ])
 def test_fit_usage_errors_exit_2_naming_the_option(args, hint):
     result = CliRunner().invoke(app, args)

@@ -109,16 +109,6 @@ def test_predict_with_an_energy_model_to_extxyz_is_a_usage_error(fitted_so3, tmp
     assert "is an energy model" in unboxed(result.output)
 
 
-@pytest.mark.parametrize("args, hint", [
-    (["fit", "--data", SAMPLE, "--target", "energy", "--forces", "--unit", "kcal/mol"], "--unit"),
-    (["fit", "configs/qm9_u0.yaml", "--forces"], "--forces"),
-])
-def test_fit_forces_usage_errors_exit_2_naming_the_option(args, hint):
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 2, result.output
-    assert hint in result.output
-
-
 def test_fit_forces_on_a_file_without_forces_names_it_and_writes_nothing(tmp_path):
     out = tmp_path / "models"
     frames = ase.io.read("data/examples/qm9_subset.extxyz", index=":3")  # U0 values, no forces

@@ -231,9 +231,10 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
 
 
 def exact_host_bytes(rows: int, reg: str, noise_search: str) -> int:
-    """Host memory of the exact model's fit with ``rows`` = N + 3Σn joint rows, in float64
-    matrices of rows²: K and the solve's factor (2), with the grid search's eigenvectors and
-    scaled copy (3; ``reg`` "cv" and ``noise_search`` "grid")."""
+    """A lower bound on the host memory of the exact model's fit with ``rows`` = N + 3Σn joint
+    rows, in float64 matrices of rows²: K and the solve's factor (2), with the grid search's
+    scaled copy and eigenvectors (3; ``reg`` "cv" and ``noise_search`` "grid"); LAPACK's work
+    arrays come on top (the eigendecomposition's about two more)."""
     return (3 if reg == "cv" and noise_search == "grid" else 2) * rows * rows * 8
 
 

@@ -62,6 +62,11 @@ def read_inputs(inputs: list[str], smiles: list[str], allowed: list[int], add_hs
     return ReadResult([m for r in results for m in r.molecules], [f for r in results for f in r.failures])
 
 
+def model_target(regressor: SO3NTKRegressor | SO3ForceFieldRegressor) -> str | None:
+    """What the model predicts: a force field's energy, else the target it was fitted on."""
+    return "energy" if isinstance(regressor, SO3ForceFieldRegressor) else regressor.target_
+
+
 def prediction_rows(regressor: SO3NTKRegressor | SO3ForceFieldRegressor, result: ReadResult) -> list[dict[str, Any]]:
     """One row per molecule read (:data:`COLUMNS`); ``std`` None for a sparse model (no
     predictive variance); a force field's rows: target ``energy``, ``std`` and ``domain``
@@ -72,7 +77,7 @@ def prediction_rows(regressor: SO3NTKRegressor | SO3ForceFieldRegressor, result:
     if isinstance(regressor, SO3ForceFieldRegressor):
         energies, forces = regressor.predict_forces(molecules, return_energy=True)
         return [
-            {"id": m.id, "smiles": m.smiles, "source": m.source, "target": "energy", "unit": regressor.unit_,
+            {"id": m.id, "smiles": m.smiles, "source": m.source, "target": model_target(regressor), "unit": regressor.unit_,
              "prediction": float(e), "std": None, "domain": None, "forces": f.tolist()}
             for m, e, f in zip(molecules, energies, forces)
         ]
@@ -182,8 +187,7 @@ def predict(
     if written:
         write_predictions(out, rows, model, result)
     if as_json:
-        target = "energy" if isinstance(regressor, SO3ForceFieldRegressor) else regressor.target_
-        print_json(result.to_dict() | {"target": target, "unit": regressor.unit_, "predictions": rows,
+        print_json(result.to_dict() | {"target": model_target(regressor), "unit": regressor.unit_, "predictions": rows,
                                        "out": str(out) if written else None})
     else:
         if result.failures:

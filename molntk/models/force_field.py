@@ -230,19 +230,19 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
     return NoiseChoice(float(rho) * scale_e, float(q * rho) * scale_f, scores[(i, j)], on_grid_edge(rho, q, floor))
 
 
-def exact_host_bytes(rows: int, reg: str, noise_search: str) -> int:
+def exact_host_bytes(rows: int, grid_search: bool) -> int:
     """A lower bound on the host memory of the exact model's fit with ``rows`` = N + 3Σn joint
     rows, in float64 matrices of rows²: K and the solve's factor (2), with the grid search's
-    scaled copy and eigenvectors (3; ``reg`` "cv" and ``noise_search`` "grid"); LAPACK's work
+    scaled copy and eigenvectors (3; ``grid_search``: λ's by the whole grid); LAPACK's work
     arrays come on top (the eigendecomposition's about two more)."""
-    return (3 if reg == "cv" and noise_search == "grid" else 2) * rows * rows * 8
+    return (3 if grid_search else 2) * rows * rows * 8
 
 
-def check_exact_memory(rows: int, reg: str, noise_search: str, available: int | None = None) -> None:
+def check_exact_memory(rows: int, grid_search: bool, available: int | None = None) -> None:
     """InputError naming ``inducing`` when :func:`exact_host_bytes` exceeds the available RAM
     (``available`` bytes; None: :func:`~molntk.scale.memory.available_ram_bytes`), before any
     kernel is computed: the exact model of N configurations of n atoms has N(1 + 3n) rows."""
-    need = exact_host_bytes(rows, reg, noise_search)
+    need = exact_host_bytes(rows, grid_search)
     available = available_ram_bytes() if available is None else available
     if need > available:
         raise InputError("inducing", f"the exact energy+force model has {rows:,} joint rows: its fit needs ≈ "
@@ -382,7 +382,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     def _fit_exact(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray, is_force: np.ndarray,
                    groups: list[np.ndarray], lam_e: float | None, lam_f: float | None) -> None:
         """α of the joint kernel (module docstring, exact model)."""
-        check_exact_memory(len(y), "cv" if lam_e is None else "fixed", self.noise_search)
+        check_exact_memory(len(y), grid_search=lam_e is None and self.noise_search == "grid")
         K = joint_kernel(kernel, molecules)
         if lam_e is None and self.noise_search == "local":
             lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_ = select_noise_local(

@@ -322,11 +322,11 @@ def test_the_exact_model_that_cannot_fit_memory_is_refused_before_any_kernel(sam
     """Ethanol at N = 1,000 (28,000 joint rows) needs 3 · 28,000² · 8 B = 17.5 GiB with the grid
     search, 11.7 GiB with the local one; aspirin's 64,000 rows need 61 GiB. The estimator
     checks this before computing any kernel."""
-    assert force_field.exact_host_bytes(28_000, "cv", "grid") == 3 * 28_000**2 * 8
-    assert force_field.exact_host_bytes(28_000, "cv", "local") == force_field.exact_host_bytes(28_000, "fixed", "grid")
-    force_field.check_exact_memory(28_000, "cv", "local", available=24 * 2**30)
+    assert force_field.exact_host_bytes(28_000, grid_search=True) == 3 * 28_000**2 * 8
+    assert force_field.exact_host_bytes(28_000, grid_search=False) == 2 * 28_000**2 * 8
+    force_field.check_exact_memory(28_000, grid_search=False, available=24 * 2**30)
     with pytest.raises(InputError, match="inducing.*64,000 joint rows.*61.0 GiB"):
-        force_field.check_exact_memory(64_000, "cv", "local", available=24 * 2**30)
+        force_field.check_exact_memory(64_000, grid_search=False, available=24 * 2**30)
     mols, e, f = sample
     monkeypatch.setattr(force_field, "available_ram_bytes", lambda: 10**5)
     monkeypatch.setattr(force_field, "joint_kernel", lambda *a, **k: pytest.fail("kernel computed"))

@@ -62,22 +62,17 @@ def read_inputs(inputs: list[str], smiles: list[str], allowed: list[int], add_hs
     return ReadResult([m for r in results for m in r.molecules], [f for r in results for f in r.failures])
 
 
-def model_target(regressor: SO3NTKRegressor | SO3ForceFieldRegressor) -> str | None:
-    """What the model predicts: a force field's energy, else the target it was fitted on."""
-    return "energy" if isinstance(regressor, SO3ForceFieldRegressor) else regressor.target_
-
-
 def prediction_rows(regressor: SO3NTKRegressor | SO3ForceFieldRegressor, result: ReadResult) -> list[dict[str, Any]]:
     """One row per molecule read (:data:`COLUMNS`); ``std`` None for a sparse model (no
-    predictive variance); a force field's rows: target ``energy``, ``std`` and ``domain``
-    None, and ``forces`` ((n_atoms, 3) nested lists)."""
+    predictive variance); a force field's rows: ``std`` and ``domain`` None, and ``forces``
+    ((n_atoms, 3) nested lists)."""
     molecules = result.molecules
     if not molecules:
         return []
     if isinstance(regressor, SO3ForceFieldRegressor):
         energies, forces = regressor.predict_forces(molecules, return_energy=True)
         return [
-            {"id": m.id, "smiles": m.smiles, "source": m.source, "target": model_target(regressor), "unit": regressor.unit_,
+            {"id": m.id, "smiles": m.smiles, "source": m.source, "target": regressor.target_, "unit": regressor.unit_,
              "prediction": float(e), "std": None, "domain": None, "forces": f.tolist()}
             for m, e, f in zip(molecules, energies, forces)
         ]
@@ -187,7 +182,7 @@ def predict(
     if written:
         write_predictions(out, rows, model, result)
     if as_json:
-        print_json(result.to_dict() | {"target": model_target(regressor), "unit": regressor.unit_, "predictions": rows,
+        print_json(result.to_dict() | {"target": regressor.target_, "unit": regressor.unit_, "predictions": rows,
                                        "out": str(out) if written else None})
     else:
         if result.failures:

@@ -290,7 +290,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     ``energy_coef_`` (N,) and ``force_coef_`` (3Σn,) (α_E, α_F); sparse: ``inducing_rows_`` (int64
     rows into the training environments),
     ``inducing_`` (the inducing environments), ``inducing_weights_`` (w, (m,)), ``n_inducing_``
-    and ``rank_`` (K_mm eigenvalues kept); ``unit_`` (the ``unit`` fitted with).
+    and ``rank_`` (K_mm eigenvalues kept); ``unit_`` (the ``unit`` fitted with); ``target_``
+    (the name of the energies fitted, ``"energy"`` unless ``fit`` is told another).
     """
 
     residual: bool = True
@@ -347,11 +348,12 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             flat.append(f.reshape(-1))
         return molecules, y, np.concatenate(flat)
 
-    def fit(self, X: Any, energies: Any, forces: Sequence[Any], baseline_results: BaselineResult | None = None
-            ) -> SO3ForceFieldRegressor:
+    def fit(self, X: Any, energies: Any, forces: Sequence[Any], baseline_results: BaselineResult | None = None,
+            *, target: str = "energy") -> SO3ForceFieldRegressor:
         """Fit on molecules X, their energies (N,) and forces (a list of (n_i, 3), energy unit
         per Å). With a ``baseline``, on E − E_B and F − F_B (``baseline_results``: the baseline
-        of X in ``unit`` computed elsewhere, e.g. cached; None: computed here)."""
+        of X in ``unit`` computed elsewhere, e.g. cached; None: computed here). ``target``
+        names the energies (kept as ``target_`` and in the model file)."""
         lam_e, lam_f = self._check_params()
         self._references = None  # the exact model's contracted training tangents, made at the first prediction
         molecules, e, f = self._training_data(X, energies, forces)
@@ -363,7 +365,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
                 raise InputError("baseline_results", f"has {len(physical.forces)} molecules, X has {len(molecules)}")
             e = e - physical.energies
             f = f - np.concatenate([np.asarray(g, dtype=np.float64).reshape(-1) for g in physical.forces])
-        self.unit_ = self.unit
+        self.unit_, self.target_ = self.unit, target
         counts = element_counts(molecules, self.elements)
         self.dressed_atom_ = DressedAtomModel().fit(counts, e) if self.residual else None
         base = self.dressed_atom_.predict(counts) if self.residual else 0.0
@@ -494,7 +496,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         if not hasattr(self, "sparse_"):
             raise InputError("SO3ForceFieldRegressor", "save called before fit")
         meta = {"format": FORMAT, "version": FORMAT_VERSION, "molntk": __version__, "params": self.get_params(),
-                "ids": [m.id for m in self.train_molecules_], "unit": self.unit_, "sparse": self.sparse_,
+                "ids": [m.id for m in self.train_molecules_], "unit": self.unit_, "target": self.target_,
+                "sparse": self.sparse_,
                 "training_elements": list(self.training_elements_), "reg_energy": self.reg_energy_,
                 "reg_force": self.reg_force_, "cv_score": self.cv_score_,
                 "reg_at_grid_edge": self.reg_at_grid_edge_}
@@ -520,6 +523,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         model = cls(**params)
         model._check_params()
         model.unit_ = optional_text(meta, "unit")
+        model.target_ = optional_text(meta, "target") or "energy"  # files written before the key was kept
         model.sparse_ = bool(meta["sparse"])
         if model.sparse_ != (model.inducing is not None):
             raise ModelFileError(str(path), f"inconsistent model file: inducing={model.inducing!r} but "

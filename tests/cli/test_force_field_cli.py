@@ -29,12 +29,13 @@ def unboxed(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def frames(tmp_path_factory):
-    """6 training frames of the ethanol sample (the third without forces) and 3 test frames."""
+    """6 training frames of the ethanol sample (the third without forces), their energies also
+    under the key ``dft_energy``, and 3 test frames."""
     folder = tmp_path_factory.mktemp("forces")
     train = ase.io.read(SAMPLE, index=":6")
-    energy = train[2].get_potential_energy()
+    for atoms in train:
+        atoms.info["dft_energy"] = atoms.get_potential_energy()
     train[2].calc = None
-    train[2].info["energy"] = energy
     ase.io.write(folder / "train.extxyz", train, format="extxyz")
     ase.io.write(folder / "test.extxyz", ase.io.read(SAMPLE, index="50:53"), format="extxyz")
     return folder
@@ -42,11 +43,11 @@ def frames(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fitted(frames):
-    """``molntk fit --forces`` on the training frames: the run's result and its model file."""
+    """``molntk fit --forces`` on the training frames' ``dft_energy``: the run's result and its model file."""
     out = frames / "models"
-    result = CliRunner().invoke(app, ["fit", "--data", str(frames / "train.extxyz"), "--target", "energy", "--forces",
-                                      "--out", str(out), "--json"])
-    return result, out / "energy.molntk.npz"
+    result = CliRunner().invoke(app, ["fit", "--data", str(frames / "train.extxyz"), "--target", "dft_energy",
+                                      "--forces", "--out", str(out), "--json"])
+    return result, out / "dft_energy.molntk.npz"
 
 
 def test_fit_forces_writes_the_force_field_fitted_by_hand_and_names_the_frame_without_forces(frames, fitted):
@@ -57,10 +58,10 @@ def test_fit_forces_writes_the_force_field_fitted_by_hand_and_names_the_frame_wi
     [failure] = document["result"]["read_failures"]
     assert "forces" in failure
     model = load_model(path)
-    assert isinstance(model, SO3ForceFieldRegressor) and model.unit_ == "eV"
-    data = read_labelled(frames / "train.extxyz", "energy", forces=True)
+    assert isinstance(model, SO3ForceFieldRegressor) and (model.unit_, model.target_) == ("eV", "dft_energy")
+    data = read_labelled(frames / "train.extxyz", "dft_energy", forces=True)
     by_hand = SO3ForceFieldRegressor(elements=data.elements, unit="eV", noise_search="local")
-    by_hand.fit(data.molecules, data.targets["energy"], data.forces)
+    by_hand.fit(data.molecules, data.targets["dft_energy"], data.forces)
     test = read_labelled(frames / "test.extxyz", "energy", forces=True).molecules
     energies, forces = model.predict_forces(test, return_energy=True)
     expected_e, expected_f = by_hand.predict_forces(test, return_energy=True)
@@ -78,7 +79,7 @@ def test_predict_with_a_force_field_writes_energies_and_forces_to_json_and_extxy
                                  "--out", str(frames / "pred.json"), "--json"])
     assert result.exit_code == 0, result.output
     rows = json.loads((frames / "pred.json").read_text())["predictions"]
-    assert [r["target"] for r in rows] == ["energy"] * 3
+    assert [r["target"] for r in rows] == ["dft_energy"] * 3
     np.testing.assert_allclose([r["prediction"] for r in rows], energies, rtol=1e-12)
     np.testing.assert_allclose(np.array([r["forces"] for r in rows]), np.stack(forces), rtol=1e-12)
     result = runner.invoke(app, ["predict", "--model", str(path), "--input", str(frames / "test.extxyz"),

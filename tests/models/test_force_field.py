@@ -294,6 +294,7 @@ def test_a_saved_force_field_loads_and_predicts_the_same(tiny, sample, tmp_path)
     loaded = SO3ForceFieldRegressor.load(path)
     assert loaded.get_params() == model.get_params() and not loaded.sparse_
     assert (loaded.reg_energy_, loaded.reg_force_) == (model.reg_energy_, model.reg_force_)
+    assert (loaded.unit_, loaded.target_) == (model.unit_, model.target_) and model.target_ == "energy"
     e0, f0 = model.predict_forces(test, return_energy=True)
     e1, f1 = loaded.predict_forces(test, return_energy=True)
     assert np.array_equal(e0, e1) and all(np.array_equal(a, b) for a, b in zip(f0, f1))

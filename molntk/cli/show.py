@@ -55,8 +55,9 @@ def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None
         )
     chosen = [{**r, "candidate": r["candidate"] + (" (grid edge)" if r.get("hyperparameter_at_grid_edge") else "")}
               for r in result["search"] if r.get("chosen")]
-    print_results_table(chosen, [("model", "model", "s"), ("candidate", "chosen hyperparameters", "s"),
-                                 ("cv_rmse", "CV RMSE", ".4g")], title="hyperparameters chosen on training data")
+    cv_error = ("cv_mae", "CV MAE", ".4g") if any("cv_mae" in r for r in chosen) else ("cv_rmse", "CV RMSE", ".4g")
+    print_results_table(chosen, [("model", "model", "s"), ("candidate", "chosen hyperparameters", "s"), cv_error],
+                        title="hyperparameters chosen on training data")
     failures = result.get("read_failures", [])
     if failures:
         print(f"{len(failures)} item(s) of the data file not used:")

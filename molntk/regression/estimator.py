@@ -76,7 +76,7 @@ from molntk.regression.calibration import (
 from molntk.regression.gp import nngp_variance
 from molntk.regression.ntk import ntk_gp_variance, ntk_weights
 from molntk.regression.scaling import TargetScaler
-from molntk.regression.selection import CRITERIA, CVResult, select_regularizer
+from molntk.regression.selection import CRITERIA, CVResult, check_loss, select_regularizer
 from molntk.regression.solvers import PRECONDITIONERS, Solution, cholesky_factor, pcg_solve, square_kernel
 from molntk.regression.spectral import (
     ILL_CONDITIONED,
@@ -111,7 +111,9 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
     posterior). ``t``, ``lr``: training time and learning rate of the NTK gradient flow
     (``t = inf``: converged; NTK only). ``reg``: λ ≥ 0, or ``"cv"`` to choose it on the
     training data by ``cv`` ∈ {"loo", "kfold", "gcv"} over ``relative_grid`` (× mean(diag
-    K_train); default 1e-10 … 1), with ``n_folds`` folds dealt by ``seed`` for k-fold.
+    K_train); default 1e-10 … 1), with ``n_folds`` folds dealt by ``seed`` for k-fold,
+    scoring the residuals by ``cv_loss`` ("squared": mean r², "absolute": mean |r|, for LOO
+    and k-fold; :mod:`molntk.regression.selection`).
     ``standardize``: fit on (Y - mean) / std per target. ``psd_rtol``: eigenvalue clipping
     tolerance (:mod:`molntk.regression.spectral`). ``variance``: ``"gp"`` or ``"ntk-gp"``,
     ``amplitude``: ``"loo"``, ``"ml"`` or ``"none"`` (module docstring).
@@ -153,6 +155,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
     lr: float = 1.0
     reg: float | str = "cv"
     cv: str = "loo"
+    cv_loss: str = "squared"
     standardize: bool = True
     relative_grid: Sequence[float] | None = None
     n_folds: int = 5
@@ -185,7 +188,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
             validation.nonnegative(self.reg, "reg")
         if validation.choice(self.solver, "solver", SOLVERS) != "eigh":
             self._check_large_n_settings()
-        validation.choice(self.cv, "cv", CRITERIA)
+        check_loss(self.cv_loss, validation.choice(self.cv, "cv", CRITERIA))
         if self.reg == "cv" and self.cv == "loo" and not math.isinf(t):
             raise InputError("cv", "the closed-form LOO is exact only at t = inf; use 'kfold' or 'gcv' at finite t")
         integer(self.n_folds, "n_folds", minimum=2)
@@ -238,7 +241,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):
         if self.reg == "cv":
             cv_result = select_regularizer(
                 eig, Z, criterion=self.cv, relative_grid=self.relative_grid, n_folds=self.n_folds, seed=self.seed,
-                t=t, lr=lr, K_train=K_train, psd_rtol=self.psd_rtol,
+                t=t, lr=lr, K_train=K_train, psd_rtol=self.psd_rtol, loss=self.cv_loss,
             )
             reg = cv_result.best_reg
         else:

@@ -63,8 +63,9 @@ first round(``validation_fraction`` · n) of ``numpy.random.default_rng(seed).pe
 are held out), PCG on the rest for every λ = ``relative_grid`` × mean(diag K̃) (default
 :data:`~molntk.regression.selection.DEFAULT_RELATIVE_GRID`), from the largest λ to the
 smallest, each warm-started from the previous weights (β₀ = A T W_prev), scored by the mean
-squared error of the held-out Z per target (:class:`~molntk.regression.selection.CVResult`,
-criterion ``"holdout"``), averaged over targets; then a solve on all training rows at the
+squared (``cv_loss="squared"``) or absolute (``"absolute"``) error of the held-out Z per
+target (:class:`~molntk.regression.selection.CVResult`, criterion ``"holdout"``), averaged
+over targets; then a solve on all training rows at the
 best λ, warm-started from its weights. mean(diag K̃) = mean_i ‖T⁻ᵀ K_nm[i]ᵀ‖² is taken over
 a seeded sample of :data:`DIAG_SAMPLE_ROWS` rows (all rows when n is smaller): exact would
 cost O(n m²), more than the whole solve; the sample costs at most 3 · DIAG_SAMPLE_ROWS / m
@@ -98,7 +99,7 @@ from molntk.errors import InputError
 from molntk.regression import validation
 from molntk.regression.inducing import InducingWeights
 from molntk.regression.scaling import TargetScaler
-from molntk.regression.selection import CVResult, checked_relative_grid
+from molntk.regression.selection import CVResult, check_loss, checked_relative_grid, residual_loss
 from molntk.scale.devices import resolve_device
 from molntk.utils.checks import integer
 
@@ -284,7 +285,8 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
 
     ``reg``: λ ≥ 0 (> 0 unless K_nm has full column rank), or ``"cv"`` to choose it on a
     hold-out split (``validation_fraction`` of the training rows, drawn by ``seed``) over
-    ``relative_grid`` (× mean(diag K̃); default 1e-10 … 1). ``standardize``: fit on
+    ``relative_grid`` (× mean(diag K̃); default 1e-10 … 1), scored by ``cv_loss`` ("squared"
+    or "absolute", module docstring). ``standardize``: fit on
     (Y − mean) / std per target. ``tol``: relative residual ‖r_j‖ / ‖b_j‖ of every target
     column at which PCG stops; ``max_iter``: at most this many iterations per solve
     (:class:`FalkonConvergenceWarning` otherwise). ``jitter``: K_j = K_mm + j·I,
@@ -325,6 +327,7 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
 
     _: KW_ONLY
     reg: float | str = "cv"
+    cv_loss: str = "squared"
     standardize: bool = True
     relative_grid: Sequence[float] | None = None
     validation_fraction: float = 0.2
@@ -342,6 +345,7 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         """Raise :class:`InputError` naming the first parameter out of range."""
         if self.reg != "cv":
             validation.nonnegative(self.reg, "reg")
+        check_loss(self.cv_loss, "holdout")
         checked_relative_grid(self.relative_grid)
         fraction = validation.positive(self.validation_fraction, "validation_fraction")
         if fraction >= 1:
@@ -475,10 +479,10 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         W = None
         for j in reversed(range(grid.size)):
             W, history = self._solve(pre.system(part, float(grid[j])), KtZ, W)
-            scores[j] = ((Z_held - heldout.times(W)) ** 2).mean(dim=0).cpu().numpy()
+            scores[j] = residual_loss((Z_held - heldout.times(W)).cpu().numpy(), self.cv_loss)
             iterations[j] = history.shape[0] - 1
             solutions[j] = W
-        result = CVResult("holdout", grid, relative, np.where(np.isfinite(scores), scores, np.inf))
+        result = CVResult("holdout", grid, relative, np.where(np.isfinite(scores), scores, np.inf), self.cv_loss)
         return result, iterations, solutions[result.best_index]
 
     def _set_state(self, weights: np.ndarray, scaler: TargetScaler, was_1d: bool, reg: float, jitter: float) -> None:

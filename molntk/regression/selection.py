@@ -12,8 +12,11 @@ K = V diag(s) Vᵀ, so that A⁻¹ = V diag(1/(s + λ)) Vᵀ costs O(n²) per λ
 - ``gcv``: generalised cross-validation for the smoother ŷ = H Y,
   GCV(λ) = (1/n) ‖(I - H) y‖² / (1 - tr H / n)²,  H = V diag(h) Vᵀ.
 
-The score of a λ is the mean squared residual, per target, averaged over targets (one λ
-is shared by all targets); the grid point with the smallest score wins.
+The score of a λ is the mean loss of the residuals per target, averaged over targets (one
+λ is shared by all targets); the grid point with the smallest score wins. The loss is
+``squared`` (r², the default: the mean squared error) or ``absolute`` (|r|: the mean
+absolute error, for targets reported by their MAE whose errors have heavy tails, where a few
+molecules dominate r²; leave-one-out and k-fold only, GCV is a squared-error formula).
 
 At a finite NTK training time t the predictor is the spectral filter
 μ_t(X) = V diag(s g_t(s + λ)) Vᵀ Y (see :mod:`molntk.regression.ntk`). GCV then uses
@@ -40,6 +43,8 @@ from molntk.regression.spectral import PSD_RTOL, Eigensystem, eigensystem
 from molntk.utils.checks import integer
 
 CRITERIA = ("loo", "kfold", "gcv")
+#: Losses of the cross-validation residuals (module docstring).
+LOSSES = ("squared", "absolute")
 #: Default λ grid relative to mean(diag K): 1e-10 … 1, two points per decade.
 DEFAULT_RELATIVE_GRID = np.logspace(-10.0, 0.0, 21)
 
@@ -77,14 +82,16 @@ class CVResult:
     """A cross-validation curve over the λ grid and its minimum.
 
     ``grid`` holds absolute λ (ascending), ``relative_grid`` the same divided by
-    mean(diag K); ``scores_per_target`` (G, k) are mean squared residuals in the units of
-    the targets given (standardised ones in :class:`~molntk.regression.KernelRegressor`).
+    mean(diag K); ``scores_per_target`` (G, k) are the mean ``loss`` of the residuals
+    (squared or absolute) in the units of the targets given (standardised ones in
+    :class:`~molntk.regression.KernelRegressor`).
     """
 
     criterion: str
     grid: np.ndarray
     relative_grid: np.ndarray
     scores_per_target: np.ndarray
+    loss: str = "squared"
 
     @property
     def scores(self) -> np.ndarray:
@@ -98,6 +105,13 @@ class CVResult:
     @property
     def best_reg(self) -> float:
         return float(self.grid[self.best_index])
+
+    @property
+    def best_error(self) -> float:
+        """The cross-validation error at the chosen λ, in the units of the targets scored:
+        the RMSE (√ of the score) for the squared loss, the MAE for the absolute one."""
+        score = float(self.scores[self.best_index])
+        return math.sqrt(score) if self.loss == "squared" else score
 
     @property
     def at_grid_edge(self) -> bool:
@@ -115,6 +129,20 @@ def fold_ids(n: int, n_folds: int, seed: int = 0) -> np.ndarray:
     ids = np.empty(n, dtype=np.int64)
     ids[np.random.default_rng(seed).permutation(n)] = np.arange(n) % n_folds
     return ids
+
+
+def residual_loss(residuals: np.ndarray, loss: str) -> np.ndarray:
+    """Mean ``loss`` of (n, k) residuals per target, (k,): mean r² or mean |r|."""
+    return np.mean(residuals**2 if loss == "squared" else np.abs(residuals), axis=0)
+
+
+def check_loss(loss: object, criterion: str, name: str = "cv_loss") -> str:
+    """``loss`` if it is one of :data:`LOSSES` and ``criterion`` can score it, else an
+    :class:`InputError` naming ``name`` (GCV is a squared-error formula)."""
+    loss = validation.choice(loss, name, LOSSES)
+    if loss == "absolute" and criterion == "gcv":
+        raise InputError(name, "GCV scores squared residuals only; use 'loo' or 'kfold' for the absolute loss")
+    return loss
 
 
 def _loo(eig: Eigensystem, coeffs: np.ndarray, squares: np.ndarray, reg: float) -> np.ndarray:
@@ -207,6 +235,7 @@ def select_regularizer(
     lr: float = 1.0,
     K_train: object | None = None,
     psd_rtol: float = PSD_RTOL,
+    loss: str = "squared",
 ) -> CVResult:
     """Score every λ = r · mean(diag K) (r in ``relative_grid``, default
     :data:`DEFAULT_RELATIVE_GRID`) by ``criterion`` and return the curve.
@@ -214,9 +243,11 @@ def select_regularizer(
     ``eig`` is the eigensystem of the train kernel K and ``Y`` the (n,) or (n, k) training
     targets: nothing else is seen. ``n_folds`` and ``seed`` set the k-fold folds. ``t``, ``lr``
     give the NTK training time (``inf``: ridge). k-fold CV at finite t also needs the train
-    kernel itself, ``K_train``, for its per-fold eigendecompositions.
+    kernel itself, ``K_train``, for its per-fold eigendecompositions. ``loss``: the loss of
+    the residuals (:data:`LOSSES`; ``absolute`` with leave-one-out or k-fold only).
     """
     criterion = validation.choice(criterion, "criterion", CRITERIA)
+    loss = check_loss(loss, criterion, "loss")
     t = validation.nonnegative(t, "t", allow_inf=True)
     lr = validation.positive(lr, "lr")
     Y2, _ = validation.targets(Y, "Y", rows=eig.n)
@@ -232,10 +263,10 @@ def select_regularizer(
         if not math.isinf(t):
             raise InputError("criterion", "the closed-form LOO is exact only at t = inf; use 'kfold' or 'gcv' at finite t")
         squares = eig.vectors**2
-        scores = [np.mean(_loo(eig, coeffs, squares, reg) ** 2, axis=0) for reg in grid]
+        scores = [residual_loss(_loo(eig, coeffs, squares, reg), loss) for reg in grid]
     elif math.isinf(t):
         groups = _fold_groups(fold_ids(eig.n, n_folds, seed), eig.n)
-        scores = [np.mean(_kfold(eig, coeffs, groups, reg) ** 2, axis=0) for reg in grid]
+        scores = [residual_loss(_kfold(eig, coeffs, groups, reg), loss) for reg in grid]
     else:
         if K_train is None:
             raise InputError("K_train", "k-fold CV at finite t refits each fold and needs the train kernel")
@@ -243,10 +274,11 @@ def select_regularizer(
         if K.shape[0] != eig.n:
             raise InputError("K_train", f"must be {eig.n} x {eig.n} like the eigensystem, got shape {K.shape}")
         time_folds = _TimeFolds(K, Y2, _fold_groups(fold_ids(eig.n, n_folds, seed), eig.n), psd_rtol)
-        scores = [np.mean(time_folds.residuals(reg, t, lr) ** 2, axis=0) for reg in grid]
+        scores = [residual_loss(time_folds.residuals(reg, t, lr), loss) for reg in grid]
     return CVResult(
         criterion=criterion,
         grid=grid,
         relative_grid=relative,
         scores_per_target=np.array(scores),
+        loss=loss,
     )

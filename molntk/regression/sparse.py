@@ -46,7 +46,7 @@ from molntk.regression import validation
 from molntk.regression.inducing import InducingWeights
 from molntk.regression.nystrom import RANK_RTOL, NystromFactors, nystrom_factors
 from molntk.regression.scaling import TargetScaler
-from molntk.regression.selection import CVResult, checked_relative_grid
+from molntk.regression.selection import CVResult, check_loss, checked_relative_grid, residual_loss
 from molntk.regression.spectral import ILL_CONDITIONED, IllConditionedWarning
 
 SPARSE_CRITERIA = ("loo", "gcv")
@@ -69,7 +69,9 @@ class SparseKernelRegressor(InducingWeights, RegressorMixin, BaseEstimator):
     docstring), a scikit-learn estimator: ``fit(K_nm, K_mm, Y)``, ``predict(K_tm)``.
 
     ``reg``: λ ≥ 0 (> 0 unless K̃ is nonsingular), or ``"cv"`` to choose it on the training data
-    by ``cv`` ∈ {"loo", "gcv"} over ``relative_grid`` (× mean(diag K̃); default 1e-10 … 1).
+    by ``cv`` ∈ {"loo", "gcv"} over ``relative_grid`` (× mean(diag K̃); default 1e-10 … 1),
+    scoring the leave-one-out residuals by ``cv_loss`` ("squared" or "absolute",
+    :mod:`molntk.regression.selection`; GCV is squared only).
     ``standardize``: fit on (Y − mean) / std per target. ``rank_rtol``: K_mm eigenvalues at or
     below ``rank_rtol`` · s_max are dropped. The parameters are stored as given;
     :meth:`check_params` (called first by ``fit``) raises :class:`InputError` naming the
@@ -96,6 +98,7 @@ class SparseKernelRegressor(InducingWeights, RegressorMixin, BaseEstimator):
     _: KW_ONLY
     reg: float | str = "cv"
     cv: str = "loo"
+    cv_loss: str = "squared"
     standardize: bool = True
     relative_grid: Sequence[float] | None = None
     rank_rtol: float = RANK_RTOL
@@ -104,7 +107,7 @@ class SparseKernelRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         """Raise :class:`InputError` naming the first parameter out of range."""
         if self.reg != "cv":
             validation.nonnegative(self.reg, "reg")
-        validation.choice(self.cv, "cv", SPARSE_CRITERIA)
+        check_loss(self.cv_loss, validation.choice(self.cv, "cv", SPARSE_CRITERIA))
         checked_relative_grid(self.relative_grid)
         validation.positive(self.rank_rtol, "rank_rtol")
 
@@ -159,12 +162,12 @@ class SparseKernelRegressor(InducingWeights, RegressorMixin, BaseEstimator):
             for reg in grid:
                 residual, complement = nys.residuals(Z, coeffs, reg)
                 if self.cv == "loo":
-                    score = np.mean((residual / complement[:, None]) ** 2, axis=0)
+                    score = residual_loss(residual / complement[:, None], self.cv_loss)
                 else:
                     trace = float(np.sum(nys.sigma**2 / (nys.sigma**2 + reg)))
                     score = np.mean(residual**2, axis=0) / (1.0 - trace / Z.shape[0]) ** 2
                 scores.append(np.where(np.isfinite(score), score, np.inf))
-        return CVResult(self.cv, grid, relative, np.array(scores))
+        return CVResult(self.cv, grid, relative, np.array(scores), self.cv_loss)
 
     def fitted_arrays(self) -> dict[str, np.ndarray]:
         """The fitted state as plain arrays (for model files that must not unpickle code):

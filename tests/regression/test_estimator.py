@@ -190,6 +190,8 @@ def test_bad_predict_inputs_name_the_argument():
     [
         ({"method": "svm"}, "method"),
         ({"cv": "bootstrap"}, "cv"),
+        ({"cv_loss": "huber"}, "cv_loss"),
+        ({"cv": "gcv", "cv_loss": "absolute"}, "cv_loss"),
         ({"reg": -1.0}, "reg"),
         ({"reg": "auto"}, "reg"),
         ({"t": -1.0}, "t"),

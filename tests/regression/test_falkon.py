@@ -200,13 +200,13 @@ def test_warns_when_not_converged() -> None:
 # ------------------------------------------------------------------ λ by hold-out
 
 
-@pytest.mark.parametrize("preconditioner", ["sampled-rows", "subsample"])
-def test_holdout_choice_equals_brute_force(preconditioner: str) -> None:
+@pytest.mark.parametrize(("preconditioner", "loss"),
+                         [("sampled-rows", "squared"), ("subsample", "squared"), ("sampled-rows", "absolute")])
+def test_holdout_choice_equals_brute_force(preconditioner: str, loss: str) -> None:
     p = molecules(n=60, m=40, k=2, seed=6)
     relative = np.logspace(-6, 0, 7)
-    model = FalkonRegressor(
-        reg="cv", relative_grid=relative, validation_fraction=0.25, seed=3, tol=1e-10, preconditioner=preconditioner
-    )
+    model = FalkonRegressor(reg="cv", cv_loss=loss, relative_grid=relative, validation_fraction=0.25, seed=3, tol=1e-10,
+                            preconditioner=preconditioner)
     model.fit(p["K_nm"], p["K_mm"], p["Y"])
     K_nm, K_j, Z = p["K_nm"], jittered(p, model), standardised(p["Y"])
     perm = np.random.default_rng(3).permutation(60)  # the documented split: the first 15 held out
@@ -215,9 +215,8 @@ def test_holdout_choice_equals_brute_force(preconditioner: str) -> None:
     mean_diag = float(np.mean(np.einsum("ij,ji->i", K_nm, np.linalg.solve(K_j, K_nm.T))))  # n < DIAG_SAMPLE_ROWS: exact
     grid = relative * mean_diag
     np.testing.assert_allclose(model.cv_result_.grid, grid, rtol=1e-10)
-    scores = np.array([
-        np.mean((Z[held] - K_nm[held] @ dense_weights(K_nm[rest], K_j, Z[rest], reg)) ** 2, axis=0) for reg in grid
-    ])
+    residuals = [Z[held] - K_nm[held] @ dense_weights(K_nm[rest], K_j, Z[rest], reg) for reg in grid]
+    scores = np.array([np.mean(r**2 if loss == "squared" else np.abs(r), axis=0) for r in residuals])
     best = int(np.argmin(scores.mean(1)))
     assert model.cv_result_.criterion == "holdout" and model.cv_result_.scores_per_target.shape == (7, 2)
     assert not model.cv_result_.at_grid_edge
@@ -357,6 +356,7 @@ BAD_SETTINGS = [
     ({"validation_fraction": 1.0}, "validation_fraction"),
     ({"validation_fraction": 0.01}, "validation_fraction"),  # 0 of 20 rows held out
     ({"seed": -1}, "seed"),
+    ({"cv_loss": "huber"}, "cv_loss"),
     ({"tol": 0.0}, "tol"),
     ({"tol": -1e-8}, "tol"),
     ({"max_iter": 0}, "max_iter"),

@@ -44,6 +44,32 @@ def test_kfold_block_inverse_equals_brute_force(reg):
     np.testing.assert_allclose(kfold_residuals(eigensystem(K), Y, reg, folds), brute, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("criterion", ["loo", "kfold"])
+def test_absolute_loss_scores_the_mean_absolute_refit_residual(criterion):
+    """loss="absolute": each λ's score is mean |y_i − ŷ(x_i)| over the held-out points of
+    refits without them (one point, or its fold), per target; the λ chosen is its argmin and
+    ``best_error`` the score there (squared loss: √ of it)."""
+    p = rbf_problem(n=30)
+    K, Y = p["K"], p["Y"]
+    relative = np.array([1e-4, 1e-2, 1.0])
+    held_out = [np.array([i]) for i in range(30)] if criterion == "loo" else [
+        np.flatnonzero(fold_ids(30, 5, seed=2) == f) for f in range(5)]
+    curves = {loss: select_regularizer(eigensystem(K), Y, criterion=criterion, relative_grid=relative, n_folds=5, seed=2,
+                                       loss=loss) for loss in ("absolute", "squared")}
+    for j, reg in enumerate(curves["absolute"].grid):
+        residuals = np.empty_like(Y)
+        for test in held_out:
+            residuals[test] = Y[test] - ridge_fit_predict(K, Y, np.setdiff1d(np.arange(30), test), test, reg)
+        np.testing.assert_allclose(curves["absolute"].scores_per_target[j], np.mean(np.abs(residuals), axis=0), rtol=1e-8)
+        np.testing.assert_allclose(curves["squared"].scores_per_target[j], np.mean(residuals**2, axis=0), rtol=1e-8)
+    absolute, squared = curves["absolute"], curves["squared"]
+    assert absolute.loss == "absolute" and absolute.best_error == absolute.scores.min()
+    assert squared.best_error == pytest.approx(math.sqrt(squared.scores.min()), rel=1e-15)
+    with pytest.raises(InputError, match="GCV scores squared residuals only") as err:
+        select_regularizer(eigensystem(K), Y, criterion="gcv", loss="absolute")
+    assert err.value.source == "loss"
+
+
 def test_fold_ids_are_deterministic_and_balanced():
     a, b, c = fold_ids(23, 5, seed=1), fold_ids(23, 5, seed=1), fold_ids(23, 5, seed=2)
     np.testing.assert_array_equal(a, b)

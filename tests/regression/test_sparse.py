@@ -123,18 +123,20 @@ def test_loo_residuals_match_refits() -> None:
         np.testing.assert_allclose(model.cv_result_.scores[j], np.mean(brute**2), rtol=1e-10)
 
 
-def test_cv_picks_the_brute_force_argmin() -> None:
+@pytest.mark.parametrize("loss", ["squared", "absolute"])
+def test_cv_picks_the_brute_force_argmin(loss: str) -> None:
     p = problem(k=2, seed=3)
     rng = np.random.default_rng(3)
     Y = p["K_nm"] @ rng.normal(size=(8, 2)) + 0.05 * rng.normal(size=(25, 2))  # in the model, so λ is interior
     default = SparseKernelRegressor(reg="cv").fit(p["K_nm"], p["K_mm"], Y)
     np.testing.assert_allclose(default.cv_result_.relative_grid, DEFAULT_RELATIVE_GRID, rtol=1e-15)
     relative = np.logspace(-4, 0, 9)
-    model = SparseKernelRegressor(reg="cv", relative_grid=relative).fit(p["K_nm"], p["K_mm"], Y)
-    assert not model.cv_result_.at_grid_edge
+    model = SparseKernelRegressor(reg="cv", cv_loss=loss, relative_grid=relative).fit(p["K_nm"], p["K_mm"], Y)
+    assert not model.cv_result_.at_grid_edge and model.cv_result_.loss == loss
     Z = (Y - Y.mean(0)) / Y.std(0)
     grid = relative * float(np.mean(np.diag(nystrom_kernel(p))))
-    brute = np.array([np.mean(brute_loo(p, Z, reg) ** 2) for reg in grid])  # mean over points and targets
+    brute = np.array([np.mean(brute_loo(p, Z, reg) ** 2 if loss == "squared" else np.abs(brute_loo(p, Z, reg)))
+                      for reg in grid])  # mean over points and targets
     assert model.reg_ == pytest.approx(grid[np.argmin(brute)], rel=1e-12)
     assert model.reg_relative_ == pytest.approx(relative[np.argmin(brute)], rel=1e-12)
     # The smallest λ has 1 − h ~ 1e-4, amplifying ~1e-14 rounding to ≲ 1e-10 relative.
@@ -282,6 +284,8 @@ def test_fit_rejects_bad_inputs(change: dict[str, np.ndarray], name: str) -> Non
     ("kwargs", "name"),
     [
         ({"cv": "kfold"}, "cv"),
+        ({"cv_loss": "huber"}, "cv_loss"),
+        ({"cv": "gcv", "cv_loss": "absolute"}, "cv_loss"),
         ({"reg": -1.0}, "reg"),
         ({"reg": "auto"}, "reg"),
         ({"relative_grid": [-1.0]}, "relative_grid"),

@@ -1,7 +1,8 @@
 """Exact kernel models of a ``qm9-property`` run (steps 2–4 of :mod:`molntk.pipelines.qm9`).
 
 - selection: each candidate's kernel on the first ``n_select`` training molecules, kernel
-  ridge with λ by cross-validation, lowest CV RMSE wins (:func:`select_candidate`);
+  ridge with λ by cross-validation, lowest CV error (RMSE, or MAE with ``cv_loss:
+  absolute``) wins (:func:`select_candidate`);
 - the chosen kernel from the block assembler: K(train, train) of the largest exact training
   size and K(test and rotated copies, train), with a block boundary at every training
   size, so the kernel of size n is the top-left block and its cost the measured seconds
@@ -12,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,12 +52,17 @@ def fit_kernel_ridge(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, qu
     reg = config.regression
     if reg_relative is None:
         grid = lambda_grid(reg.psd_rtol, quadrature)
-        return KernelRegressor("ntk", reg="cv", cv=reg.cv, psd_rtol=reg.psd_rtol, relative_grid=grid).fit(K, y)
+        return KernelRegressor("ntk", reg="cv", cv=reg.cv, cv_loss=reg.cv_loss, psd_rtol=reg.psd_rtol,
+                               relative_grid=grid).fit(K, y)
     solver = reg.large_solver
     if solver == "auto":
         solver = "cholesky" if cholesky_fits(len(K), available_ram_bytes() // 4) else "pcg"
     lam = reg_relative * float(np.mean(np.diagonal(K)))
     return KernelRegressor("ntk", reg=lam, solver=solver, pcg_tol=reg.pcg_tol, psd_rtol=reg.psd_rtol).fit(K, y)
+
+
+#: Key of a search row's CV error, by ``regression.cv_loss``.
+CV_ERROR_KEYS = {"squared": "cv_rmse", "absolute": "cv_mae"}
 
 
 def at_grid_edge(candidates: Sequence[Candidate], best: int) -> bool | None:
@@ -74,30 +79,31 @@ def select_candidate(
     candidates: list[Candidate], selection: MoleculeSet, y: np.ndarray, config: QM9PropertyConfig, assembler: BlockAssembler,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Index of the candidate with the lowest CV error on the ``selection`` molecules
-    (targets ``y``), and the search table: a row per candidate (CV RMSE, relative λ and
+    (targets ``y``), and the search table: a row per candidate (CV RMSE ``cv_rmse``, or CV MAE
+    ``cv_mae`` with ``regression.cv_loss: absolute``; relative λ and
     whether λ is at an end of its grid, ``at_grid_edge``); the chosen row says whether the
     chosen hyperparameter is at an end of its model's grid (``hyperparameter_at_grid_edge``,
     :func:`at_grid_edge`; None on the other rows). Each candidate describes only the
     selection molecules, one candidate at a time, so the losing candidates never hold
     descriptors of the whole run."""
+    error_key = CV_ERROR_KEYS[config.regression.cv_loss]
     if len(candidates) == 1:
-        return 0, [{"candidate": candidates[0].label, "params": candidates[0].params, "cv_rmse": None, "chosen": True,
+        return 0, [{"candidate": candidates[0].label, "params": candidates[0].params, error_key: None, "chosen": True,
                     "hyperparameter_at_grid_edge": None}]
     rows = []
     for cand in candidates:
         selection_kernel = assembler.assemble(block_kernel(cand, selection), np.arange(len(y)))
         model = fit_kernel_ridge(selection_kernel.matrices[f"{cand.matrix}_train"], y, config, cand.quadrature)
-        curve = model.cv_result_
-        rmse = math.sqrt(curve.scores[curve.best_index]) * float(np.mean(model.target_scale_))
+        error = model.cv_result_.best_error * float(np.mean(model.target_scale_))
         rows.append({
             "candidate": cand.label,
             "params": cand.params,
-            "cv_rmse": rmse,
+            error_key: error,
             "reg_relative": model.reg_relative_,
-            "at_grid_edge": curve.at_grid_edge,
+            "at_grid_edge": model.cv_result_.at_grid_edge,
             "kernel_seconds": float(selection_kernel.seconds.sum()),
         })
-    best = int(np.argmin([row["cv_rmse"] for row in rows]))
+    best = int(np.argmin([row[error_key] for row in rows]))
     edge = at_grid_edge(candidates, best)
     for i, row in enumerate(rows):
         row["chosen"] = i == best

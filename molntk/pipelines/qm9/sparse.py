@@ -126,10 +126,11 @@ def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9Pro
     grid = lambda_grid(reg.psd_rtol, quadrature)
     if sparse.solver == "falkon":
         _, device = dtype_and_device(config)
-        return FalkonRegressor(reg="cv", relative_grid=grid, validation_fraction=sparse.falkon_validation,
+        return FalkonRegressor(reg="cv", cv_loss=reg.cv_loss, relative_grid=grid, validation_fraction=sparse.falkon_validation,
                                tol=sparse.falkon_tol, max_iter=sparse.falkon_max_iter, device=device).fit(K_nm, K_mm, y)
     cv = "gcv" if reg.cv == "gcv" else "loo"
-    return SparseKernelRegressor(reg="cv", cv=cv, relative_grid=grid, rank_rtol=sparse.rank_rtol).fit(K_nm, K_mm, y)
+    return SparseKernelRegressor(reg="cv", cv=cv, cv_loss=reg.cv_loss, relative_grid=grid,
+                                 rank_rtol=sparse.rank_rtol).fit(K_nm, K_mm, y)
 
 
 def sparse_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: SparseKernels, name: str, chosen: Candidate,

@@ -20,7 +20,7 @@ dominated by the heavy tail of a few molecules); the test MAE is reported for ev
 
     python benchmarks/qm9_kernel_mixture.py --pairs grid6:cutoff5_scaling_matched --sizes 1000 5000
     python benchmarks/qm9_kernel_mixture.py --pairs growth16_3A_matched:growth20_5A_scaling_matched \
-        --criterion mse mae --cache runs/qm9_diagnosis_kernels
+        --criterion mse mae
 
 Needs the variants' cached kernels (``python benchmarks/qm9_diagnosis.py --variants …``
 computes them). Prints a line per pair, N, criterion and c; merges its records into

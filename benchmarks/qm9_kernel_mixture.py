@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from qm9_diagnosis import BASE, REGRESSION, VARIANTS, kernels, matched
+from qm9_diagnosis import BASE, REGRESSION, kernels, matched
 
 from molntk.data.qm9 import load_qm9
 from molntk.data.splits import standard_split

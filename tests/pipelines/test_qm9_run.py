@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from molntk.cli.main import app
 from molntk.data.qm9 import QM9_ELEMENTS
 from molntk.data.splits import standard_split
-from molntk.features.environments import FeatureConfig, environment_features
+from molntk.features.environments import environment_features
 from molntk.molecular.baselines import PowerSpectrumKernel
 from molntk.pipelines.tasks import TASKS
 from molntk.regression import element_counts

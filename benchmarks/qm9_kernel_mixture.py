@@ -41,13 +41,13 @@ from molntk.data.qm9 import load_qm9
 from molntk.data.splits import standard_split
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.nystrom import NystromFactors, nystrom_factors
-from molntk.regression.selection import lambda_grid
+from molntk.regression.selection import lambda_grid, residual_loss
 from molntk.utils.files import atomic_write_text
 
 RESULTS = Path(__file__).parent / "results" / "qm9_kernel_mixture.json"
 WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
-#: Leave-one-out criteria: name → the score of the residuals r (n,).
-CRITERIA = {"mse": lambda r: float(np.mean(r**2)), "mae": lambda r: float(np.mean(np.abs(r)))}
+#: Leave-one-out criteria: name → the loss of the residuals (:func:`~molntk.regression.selection.residual_loss`).
+CRITERIA = {"mse": "squared", "mae": "absolute"}
 
 
 def nystrom_diagonal(K: dict[str, np.ndarray], rank_rtol: float) -> float:
@@ -77,7 +77,7 @@ def loo_choice(nys: NystromFactors, z: np.ndarray, grid: np.ndarray, criterion: 
     scores = []
     for reg in grid * nys.mean_diag:
         residual, complement = nys.residuals(z, coeffs, reg)
-        scores.append(CRITERIA[criterion]((residual / complement[:, None])[:, 0]))
+        scores.append(float(residual_loss(residual / complement[:, None], CRITERIA[criterion])[0]))
     best = int(np.argmin(scores))
     return float(grid[best] * nys.mean_diag), scores[best], best in (0, len(grid) - 1)
 

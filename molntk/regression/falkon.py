@@ -65,8 +65,8 @@ are held out), PCG on the rest for every λ = ``relative_grid`` × mean(diag K̃
 smallest, each warm-started from the previous weights (β₀ = A T W_prev), scored by the mean
 squared (``cv_loss="squared"``) or absolute (``"absolute"``) error of the held-out Z per
 target (:class:`~molntk.regression.selection.CVResult`, criterion ``"holdout"``), averaged
-over targets; then a solve on all training rows at the
-best λ, warm-started from its weights. mean(diag K̃) = mean_i ‖T⁻ᵀ K_nm[i]ᵀ‖² is taken over
+over targets; then a solve on all training rows at the best λ, warm-started from its
+weights. mean(diag K̃) = mean_i ‖T⁻ᵀ K_nm[i]ᵀ‖² is taken over
 a seeded sample of :data:`DIAG_SAMPLE_ROWS` rows (all rows when n is smaller): exact would
 cost O(n m²), more than the whole solve; the sample costs at most 3 · DIAG_SAMPLE_ROWS / m
 times the Cholesky factorisation, and its relative error (the spread of the diagonal over

@@ -293,8 +293,9 @@ class QM9RegressionConfig(Section):
     """λ (and the candidate) by ``cv`` on training data, scoring the residuals by ``cv_loss``:
     ``squared`` (the CV RMSE) or ``absolute`` (the CV MAE: the error the tables report,
     less dominated by a few molecules' large errors; LOO, k-fold and Falkon's hold-out, not
-    GCV; benchmarks/qm9_kernel_mixture.py measures both); ``residual``: learn the residual of the dressed-atom
-    model (auto: for extensive energies, and for every target of a file); ``reduce``: sum
+    GCV; benchmarks/qm9_kernel_mixture.py measures both); ``residual``: learn the residual
+    of the dressed-atom model (auto: for extensive energies, and for every target of a
+    file); ``reduce``: sum
     or mean over atom pairs (auto: mean for QM9's intensive targets HOMO/LUMO/gap, sum
     otherwise; set ``mean`` for a file's intensive targets). ``psd_rtol``: the relative
     accuracy assumed of quadrature kernels (fast-mode SO(3), rotation-averaged MLP):

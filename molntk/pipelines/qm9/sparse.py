@@ -119,15 +119,17 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, as
 
 def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9PropertyConfig,
                quadrature: bool) -> SparseKernelRegressor | FalkonRegressor:
-    """Step 3's regressor, λ over the relative grid floored for quadratures: ``sparse.solver``
-    "nystrom" by LOO (or GCV), K_mm's pseudo-inverse cut at ``sparse.rank_rtol``; "falkon" on
-    held-out training molecules, on the kernel's device."""
+    """Step 3's regressor, λ over the relative grid floored for quadratures, scored by
+    ``regression.cv_loss``: ``sparse.solver`` "nystrom" by LOO (or GCV), K_mm's
+    pseudo-inverse cut at ``sparse.rank_rtol``; "falkon" on held-out training molecules, on
+    the kernel's device."""
     reg, sparse = config.regression, config.sparse
     grid = lambda_grid(reg.psd_rtol, quadrature)
     if sparse.solver == "falkon":
         _, device = dtype_and_device(config)
-        return FalkonRegressor(reg="cv", cv_loss=reg.cv_loss, relative_grid=grid, validation_fraction=sparse.falkon_validation,
-                               tol=sparse.falkon_tol, max_iter=sparse.falkon_max_iter, device=device).fit(K_nm, K_mm, y)
+        return FalkonRegressor(reg="cv", cv_loss=reg.cv_loss, relative_grid=grid,
+                               validation_fraction=sparse.falkon_validation, tol=sparse.falkon_tol,
+                               max_iter=sparse.falkon_max_iter, device=device).fit(K_nm, K_mm, y)
     cv = "gcv" if reg.cv == "gcv" else "loo"
     return SparseKernelRegressor(reg="cv", cv=cv, cv_loss=reg.cv_loss, relative_grid=grid,
                                  rank_rtol=sparse.rank_rtol).fit(K_nm, K_mm, y)

@@ -4,7 +4,8 @@ Every variant is the main job's model (:class:`~molntk.models.so3_recipe.SO3Mode
 with one setting changed, fitted as the sparse model of the pipeline (m inducing atom
 environments, farthest-point sampled per element from the training molecules; K_mm
 eigenvalues ≤ rank_rtol · s_max dropped; λ by closed-form leave-one-out on the training
-molecules over the relative grid floored at psd_rtol) on the dressed-atom residual of QM9
+molecules, mean squared residual or with ``--cv-loss absolute`` mean absolute residual,
+over the relative grid floored at psd_rtol) on the dressed-atom residual of QM9
 U0 atomization energies, standard split (seed 0), nested training prefixes, the first
 ``--n-test`` molecules of the test split. Nothing is chosen on test molecules.
 
@@ -85,6 +86,9 @@ VARIANTS: dict[str, tuple[SO3ModelRecipe, int, str]] = {
     "growth16_3A_matched": (dataclasses.replace(BASE, features=features(radial=GaussianBasis(
         n=16, r_min=0.7, r_cut=3.0, width_growth=1.5))), 4000,
         "16 Gaussians to 3 Å, widths and spacing growing like e^{r/1.5 Å} (0.05 Å at 0.7 Å, 0.4 Å at 3 Å), matched"),
+    "growth16_3A_m8000_matched": (dataclasses.replace(BASE, features=features(radial=GaussianBasis(
+        n=16, r_min=0.7, r_cut=3.0, width_growth=1.5))), 8000,
+        "16 Gaussians to 3 Å with widths growing like e^{r/1.5 Å}, matched, m = 8,000 inducing environments"),
     "growth20_5A_scaling_matched": (dataclasses.replace(BASE, features=features(radial=GaussianBasis(
         n=20, r_min=0.7, r_cut=5.0, width_growth=1.5, scaling_r0=2.5, scaling_power=4.0))), 4000,
         "20 Gaussians to 5 Å, widths growing like e^{r/1.5 Å}, radial scaling 1/(1 + (r/2.5 Å)⁴), matched"),
@@ -159,12 +163,14 @@ def kernels(name: str, recipe: SO3ModelRecipe, train: list, test: list, rotated:
 
 
 def score(K: dict[str, np.ndarray], y_train: np.ndarray, y_test: np.ndarray, counts_train: np.ndarray,
-          counts_test: np.ndarray, n: int, psd_rtol: float, rank_rtol: float, n_rotations: int) -> dict[str, Any]:
+          counts_test: np.ndarray, n: int, psd_rtol: float, rank_rtol: float, n_rotations: int,
+          cv_loss: str = "squared") -> dict[str, Any]:
     """The sparse model on the first n training rows: test MAE/RMSE (meV), fit diagnostics and,
     with rotated copies, the rotation std of the predictions (meV; mean over molecules of the
     std over a molecule and its ``n_rotations`` rotations)."""
     base = DressedAtomModel().fit(counts_train[:n], y_train[:n])
-    model = SparseKernelRegressor(reg="cv", cv="loo", relative_grid=lambda_grid(psd_rtol, True), rank_rtol=rank_rtol)
+    model = SparseKernelRegressor(reg="cv", cv="loo", cv_loss=cv_loss, relative_grid=lambda_grid(psd_rtol, True),
+                                  rank_rtol=rank_rtol)
     model.fit(K["K_nm"][:n], K["K_mm"], y_train[:n] - base.predict(counts_train[:n]))
     pred = base.predict(counts_test) + model.predict(K["K_tm"])
     error = pred - y_test
@@ -186,6 +192,8 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", type=int, default=[1000, 2000, 5000])
     parser.add_argument("--regression", nargs="+", default=list(REGRESSION), choices=list(REGRESSION))
     parser.add_argument("--n-test", type=int, default=1000)
+    parser.add_argument("--cv-loss", default="squared", choices=["squared", "absolute"],
+                        help="loss of the leave-one-out residuals that chooses λ")
     parser.add_argument("--invariance", type=int, default=0, metavar="MOLECULES",
                         help="rotation std over this many test molecules × 3 random rotations (0: off)")
     parser.add_argument("--cache", type=Path, default=Path("results/qm9_diagnosis_kernels"))
@@ -210,13 +218,15 @@ def main() -> None:
         for setting in args.regression:
             psd_rtol, rank_rtol = REGRESSION[setting]
             for n in args.sizes:
-                record = {"variant": name, "change": VARIANTS[name][2], "m": VARIANTS[name][1], "regression": setting,
+                record = {"variant": name, "change": VARIANTS[name][2], "m": VARIANTS[name][1],
+                          "regression": setting + ("" if args.cv_loss == "squared" else f", {args.cv_loss} loss"),
                           "sigma_w": recipe.sigma_w, "preactivation_variance": variance,
                           "n_train": n, "n_test": len(test), "kernel_seconds": float(K["seconds"]),
-                          **score(K, y_train, y_test, counts_train, counts_test, n, psd_rtol, rank_rtol, n_rotations)}
+                          **score(K, y_train, y_test, counts_train, counts_test, n, psd_rtol, rank_rtol, n_rotations,
+                                  args.cv_loss)}
                 new.append(record)
                 rotation = f"  rotation std {record['rotation_std']:.3f}" if "rotation_std" in record else ""
-                print(f"{name:10s} {setting:24s} N={n:6d} MAE {record['mae']:7.2f} meV{rotation}  rank {record['rank']:5d}  "
+                print(f"{name:10s} {record['regression']:36s} N={n:6d} MAE {record['mae']:7.2f} meV{rotation}  rank {record['rank']:5d}  "
                       f"λ/diag {record['reg_relative']:.1e}{' (edge)' if record['reg_at_grid_edge'] else ''}"
                       f"  kernel {record['kernel_seconds']:.0f} s", flush=True)
         save(args.out, new)

@@ -40,13 +40,13 @@ from qm9_diagnosis import BASE, REGRESSION, kernels, matched
 from molntk.data.qm9 import load_qm9
 from molntk.data.splits import standard_split
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
-from molntk.regression.nystrom import NystromFactors, nystrom_factors
-from molntk.regression.selection import lambda_grid, residual_loss
+from molntk.regression.selection import lambda_grid
+from molntk.regression.sparse import SparseKernelRegressor
 from molntk.utils.files import atomic_write_text
 
 RESULTS = Path(__file__).parent / "results" / "qm9_kernel_mixture.json"
 WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
-#: Leave-one-out criteria: name → the loss of the residuals (:func:`~molntk.regression.selection.residual_loss`).
+#: Leave-one-out criteria: name → the regressor's ``cv_loss`` (the loo_score records: mean r² in meV², mean |r| in meV).
 CRITERIA = {"mse": "squared", "mae": "absolute"}
 
 
@@ -67,19 +67,6 @@ def mixed(KA: dict[str, np.ndarray], KB: dict[str, np.ndarray], a: float, b: flo
         K_mm[start : start + m, start : start + m] = w * K["K_mm"]
         start += m
     return {"K_mm": K_mm, **{key: np.hstack([w * K[key] for w, K in parts]) for key in ("K_nm", "K_tm")}}
-
-
-def loo_choice(nys: NystromFactors, z: np.ndarray, grid: np.ndarray, criterion: str) -> tuple[float, float, bool]:
-    """(λ, its leave-one-out score, whether λ is an end of the grid): the λ of ``grid``
-    (relative to the mean Nyström diagonal) whose closed-form LOO residuals of the centred
-    targets z (n, 1) score lowest by ``criterion``."""
-    coeffs = nys.Q.T @ z
-    scores = []
-    for reg in grid * nys.mean_diag:
-        residual, complement = nys.residuals(z, coeffs, reg)
-        scores.append(float(residual_loss(residual / complement[:, None], CRITERIA[criterion])[0]))
-    best = int(np.argmin(scores))
-    return float(grid[best] * nys.mean_diag), scores[best], best in (0, len(grid) - 1)
 
 
 def main() -> None:
@@ -110,22 +97,23 @@ def main() -> None:
         for n in args.sizes:
             dressed = DressedAtomModel().fit(counts_train[:n], y_train[:n])
             residual = y_train[:n] - dressed.predict(counts_train[:n])
-            z = (residual - residual.mean())[:, None]
             scored: dict[str, list[dict[str, Any]]] = {criterion: [] for criterion in args.criterion}
             for c in WEIGHTS:
                 Kc = mixed(K[names[0]], K[names[1]], (1 - c) / tau[names[0]], c / tau[names[1]])
-                nys = nystrom_factors(Kc["K_nm"][:n], Kc["K_mm"], rank_rtol)
                 for criterion in args.criterion:
-                    reg, loo, edge = loo_choice(nys, z, grid, criterion)
-                    prediction = residual.mean() + Kc["K_tm"] @ nys.weights(nys.Q.T @ z, reg)[:, 0]
-                    error = dressed.predict(counts_test) + prediction - y_test
+                    model = SparseKernelRegressor(reg="cv", cv_loss=CRITERIA[criterion], relative_grid=grid,
+                                                  rank_rtol=rank_rtol).fit(Kc["K_nm"][:n], Kc["K_mm"], residual)
+                    scale = float(model.target_scale_[0])  # the curve scores standardised residuals
+                    loo = float(model.cv_result_.scores.min()) * (scale**2 if criterion == "mse" else scale)
+                    error = dressed.predict(counts_test) + model.predict(Kc["K_tm"]) - y_test
                     scored[criterion].append({
                         "pair": pair, "weight_b": c, "n_train": n, "n_test": len(test), "regression": args.regression,
                         "criterion": criterion, "loo_score": loo, "mae": float(np.mean(np.abs(error))),
-                        "rmse": float(np.sqrt(np.mean(error**2))), "rank": int(nys.rank),
-                        "reg_relative": reg / nys.mean_diag, "reg_at_grid_edge": edge, "chosen_by_loo": False})
+                        "rmse": float(np.sqrt(np.mean(error**2))), "rank": int(model.rank_),
+                        "reg_relative": float(model.reg_relative_), "reg_at_grid_edge": bool(model.cv_result_.at_grid_edge),
+                        "chosen_by_loo": False})
                     print(f"{pair} N={n:5d} {criterion} c={c:4.2f} LOO {loo:10.4g}  test MAE {np.mean(np.abs(error)):6.2f} meV  "
-                          f"rank {nys.rank}", flush=True)
+                          f"rank {model.rank_}", flush=True)
             for criterion, rows in scored.items():
                 chosen = min(rows, key=lambda r: r["loo_score"])
                 chosen["chosen_by_loo"] = True

@@ -11,7 +11,7 @@ from pathlib import Path
 from molntk.errors import ModelFileError
 from molntk.models import force_field, so3_ntk
 from molntk.models.force_field import SO3ForceFieldRegressor
-from molntk.models.model_files import read_model_archive
+from molntk.models.model_files import read_model_metadata
 from molntk.models.so3_ntk import SO3NTKRegressor
 
 #: Model file format → the estimator that reads it.
@@ -20,9 +20,10 @@ LOADERS = {so3_ntk.FORMAT: SO3NTKRegressor, force_field.FORMAT: SO3ForceFieldReg
 
 def load_model(path: str | Path) -> SO3NTKRegressor | SO3ForceFieldRegressor:
     """The fitted estimator of the model file at ``path``: the class :data:`LOADERS` names for
-    its format reads it (``load``). A file that is no molntk model file, or of another format,
-    is a :class:`~molntk.errors.ModelFileError` naming it."""
-    _, meta = read_model_archive(Path(path))
+    its format (read from the file's metadata alone) reads it (``load``). A file that is no
+    molntk model file, or of another format, is a :class:`~molntk.errors.ModelFileError`
+    naming it."""
+    meta = read_model_metadata(Path(path))
     estimator = LOADERS.get(meta.get("format"))
     if estimator is None:
         raise ModelFileError(str(path), f"not a molntk model file (format {meta.get('format')!r}; known: "

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ T = TypeVar("T")
 MODEL_SUFFIX = ".molntk.npz"
 #: How files that hold pickled objects begin: a pickle (protocol ≥ 2), a ``.npy`` of objects.
 PICKLED_MAGIC = (b"\x80", b"\x93NUMPY")
+PICKLED_REASON = "it holds pickled objects, which model files never do"
 
 
 def _starts_with(path: Path, magic: bytes) -> bool:
@@ -47,17 +49,13 @@ def optional_text(meta: dict[str, Any], key: str) -> str | None:
     return value
 
 
-def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays and the JSON metadata of a model file (``numpy.savez``, no pickles);
-    :class:`InputError` naming ``path`` when it is not such a file."""
+@contextmanager
+def _opened_archive(path: Path) -> Iterator[np.lib.npyio.NpzFile]:
+    """The ``.npz`` archive at ``path``, opened without pickles; a :class:`ModelFileError`
+    naming ``path`` when it is not one, or when a member read inside the block holds objects
+    (numpy refuses to unpickle them without ``allow_pickle``)."""
     try:
         loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise ModelFileError(str(path), "not a molntk model file (a single numpy array, not a model archive)")
-        with loaded as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except ModelFileError:
-        raise
     except FileNotFoundError:
         raise ModelFileError(str(path), "file not found") from None
     except EOFError:
@@ -66,18 +64,50 @@ def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any
         if "allow_pickle" not in str(err):  # numpy's advice comes for every file that is no archive
             reason = str(err)
         elif any(_starts_with(path, magic) for magic in PICKLED_MAGIC):
-            reason = "it holds pickled objects, which model files never do"
+            reason = PICKLED_REASON
         else:
             reason = "not a .npz archive"
         raise ModelFileError(str(path), f"not a molntk model file ({reason})") from None
-    if "metadata" not in arrays:
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ModelFileError(str(path), "not a molntk model file (a single numpy array, not a model archive)")
+    try:
+        with loaded as archive:
+            yield archive
+    except ValueError as err:
+        if "allow_pickle" not in str(err):
+            raise
+        raise ModelFileError(str(path), f"not a molntk model file ({PICKLED_REASON})") from None
+    except (OSError, zipfile.BadZipFile, EOFError) as err:  # a member cut short or corrupted
+        raise ModelFileError(str(path), f"damaged model file ({err})") from None
+
+
+def _archive_metadata(path: Path, archive: np.lib.npyio.NpzFile) -> dict[str, Any]:
+    """The JSON object in the archive's ``metadata`` member; ModelFileError naming ``path``
+    when it is missing or not a JSON object."""
+    if "metadata" not in archive.files:
         raise ModelFileError(str(path), "not a molntk model file (no metadata)")
     try:
-        meta = json.loads(arrays.pop("metadata").tobytes().decode("utf-8"))
+        meta = json.loads(archive["metadata"].tobytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ModelFileError(str(path), f"damaged model file (metadata is not JSON: {err})") from None
     if not isinstance(meta, dict):
         raise ModelFileError(str(path), "damaged model file (metadata is not a JSON object)")
+    return meta
+
+
+def read_model_metadata(path: Path) -> dict[str, Any]:
+    """The JSON metadata of a model file, without reading its other arrays; ModelFileError
+    naming ``path`` when it is not such a file."""
+    with _opened_archive(path) as archive:
+        return _archive_metadata(path, archive)
+
+
+def read_model_archive(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays and the JSON metadata of a model file (``numpy.savez``, no pickles);
+    :class:`ModelFileError` naming ``path`` when it is not such a file."""
+    with _opened_archive(path) as archive:
+        meta = _archive_metadata(path, archive)
+        arrays = {key: archive[key] for key in archive.files if key != "metadata"}
     return arrays, meta
 
 

@@ -13,6 +13,7 @@ from sklearn.model_selection import cross_val_score
 
 from molntk.data.readers import read_smiles
 from molntk.errors import InputError, ModelFileError
+from molntk.models.loading import load_model
 from molntk.models.so3_ntk import SO3NTKRegressor
 
 
@@ -75,6 +76,8 @@ DAMAGES = {
     "truncated": ("not a molntk model file", lambda good, path: path.write_bytes(good.read_bytes()[: good.stat().st_size // 2])),
     "pickled": ("pickled objects", lambda good, path: np.save(path.with_suffix(".npy"), np.array([{"a": 1}], dtype=object),
                                                                 allow_pickle=True) or path.with_suffix(".npy").rename(path)),
+    "pickled member": ("pickled objects", lambda good, path: np.savez(path, **_with_metadata(
+        {"coef": np.array([{"a": 1}], dtype=object)}, b"{}"))),
     "one array": ("a single numpy array", lambda good, path: np.save(path.with_suffix(".npy"), np.zeros(3)) or path.with_suffix(".npy").rename(path)),
     "no metadata": ("no metadata", lambda good, path: np.savez(path, numbers=np.zeros(3))),
     "metadata not JSON": ("metadata is not JSON", lambda good, path: np.savez(path, **_with_metadata({}, b"\xff{"))),
@@ -94,6 +97,9 @@ def test_damaged_or_foreign_model_files_are_one_input_error_naming_the_file(fitt
         SO3NTKRegressor.load(path)
     assert str(path) in str(info.value) and message in str(info.value)
     assert "allow_pickle" not in str(info.value)
+    with pytest.raises(ModelFileError) as info:  # reads the metadata alone to choose the estimator
+        load_model(path)
+    assert str(path) in str(info.value) and "allow_pickle" not in str(info.value)
 
 
 @pytest.mark.parametrize(

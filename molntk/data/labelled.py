@@ -59,6 +59,7 @@ from molntk.data.readers import (
     read_file,
 )
 from molntk.errors import InputError
+from molntk.utils.files import sha256_file
 
 #: Suffixes :func:`read_labelled` understands, by format.
 LABELLED_SUFFIXES: dict[str, tuple[str, ...]] = {
@@ -104,6 +105,13 @@ class LabelledData:
         if not self.molecules:
             return ()
         return tuple(int(z) for z in np.unique(np.concatenate([m.numbers for m in self.molecules])))
+
+    def provenance(self, read_options: Mapping[str, Any]) -> dict[str, Any]:
+        """Where the molecules came from, as a model file keeps it: the file (``data_file``),
+        its SHA-256 (``data_sha256``), the ``read_options`` it was read with and the number
+        of items that could not be used (``read_failures``)."""
+        return {"data_file": self.source, "data_sha256": sha256_file(self.source), "read_options": dict(read_options),
+                "read_failures": len(self.failures)}
 
 
 class _Record(NamedTuple):

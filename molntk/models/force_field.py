@@ -96,7 +96,8 @@ from molntk.models.so3_ntk import RECIPE_PARAMS, SO3NetworkParams, SO3SolverPara
 from molntk.models.delta import BaselineResult, check_baseline, check_energy_unit
 from molntk.models.delta import baseline_results as baseline_results_of
 from molntk.models.model_files import (dressed_atom_arrays, dressed_atom_from_arrays, load_model_file, molecule_arrays,
-                                       molecules_from_arrays, optional_text, write_model_archive)
+                                       molecules_from_arrays, optional_text, provenance_from_meta, training_provenance,
+                                       write_model_archive)
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
 from molntk.molecular.force_rows import force_rows
@@ -291,7 +292,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     rows into the training environments),
     ``inducing_`` (the inducing environments), ``inducing_weights_`` (w, (m,)), ``n_inducing_``
     and ``rank_`` (K_mm eigenvalues kept); ``unit_`` (the ``unit`` fitted with); ``target_``
-    (the name of the energies fitted, ``"energy"`` unless ``fit`` is told another).
+    (the name of the energies fitted, ``"energy"`` unless ``fit`` is told another);
+    ``provenance_`` (``n_train``, molntk version, time of the fit and what ``fit`` was told).
     """
 
     residual: bool = True
@@ -349,11 +351,13 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         return molecules, y, np.concatenate(flat)
 
     def fit(self, X: Any, energies: Any, forces: Sequence[Any], baseline_results: BaselineResult | None = None,
-            *, target: str = "energy") -> SO3ForceFieldRegressor:
+            *, target: str = "energy", provenance: dict[str, Any] | None = None) -> SO3ForceFieldRegressor:
         """Fit on molecules X, their energies (N,) and forces (a list of (n_i, 3), energy unit
         per Å). With a ``baseline``, on E − E_B and F − F_B (``baseline_results``: the baseline
         of X in ``unit`` computed elsewhere, e.g. cached; None: computed here). ``target``
-        names the energies (kept as ``target_`` and in the model file)."""
+        names the energies (kept as ``target_`` and in the model file); ``provenance``
+        (JSON-ready facts about the training set) is kept as ``provenance_`` with ``n_train``,
+        the molntk version and the time of the fit."""
         lam_e, lam_f = self._check_params()
         self._references = None  # the exact model's contracted training tangents, made at the first prediction
         molecules, e, f = self._training_data(X, energies, forces)
@@ -366,6 +370,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             e = e - physical.energies
             f = f - np.concatenate([np.asarray(g, dtype=np.float64).reshape(-1) for g in physical.forces])
         self.unit_, self.target_ = self.unit, target
+        self.provenance_ = training_provenance(len(molecules), provenance)
         counts = element_counts(molecules, self.elements)
         self.dressed_atom_ = DressedAtomModel().fit(counts, e) if self.residual else None
         base = self.dressed_atom_.predict(counts) if self.residual else 0.0
@@ -497,7 +502,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             raise InputError("SO3ForceFieldRegressor", "save called before fit")
         meta = {"format": FORMAT, "version": FORMAT_VERSION, "molntk": __version__, "params": self.get_params(),
                 "ids": [m.id for m in self.train_molecules_], "unit": self.unit_, "target": self.target_,
-                "sparse": self.sparse_,
+                "provenance": self.provenance_, "sparse": self.sparse_,
                 "training_elements": list(self.training_elements_), "reg_energy": self.reg_energy_,
                 "reg_force": self.reg_force_, "cv_score": self.cv_score_,
                 "reg_at_grid_edge": self.reg_at_grid_edge_}
@@ -524,6 +529,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         model._check_params()
         model.unit_ = optional_text(meta, "unit")
         model.target_ = optional_text(meta, "target") or "energy"  # files written before the key was kept
+        model.provenance_ = provenance_from_meta(path, meta)
         model.sparse_ = bool(meta["sparse"])
         if model.sparse_ != (model.inducing is not None):
             raise ModelFileError(str(path), f"inconsistent model file: inducing={model.inducing!r} but "

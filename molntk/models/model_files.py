@@ -16,11 +16,13 @@ import json
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
+from molntk._version import __version__
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError, ModelFileError
 from molntk.regression.dressed_atom import DressedAtomModel
@@ -146,6 +148,22 @@ def load_model_file(path: str | Path, name: str, version: int, what: str,
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         missing = f"missing {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
         raise ModelFileError(str(path), f"damaged model file ({missing})") from None
+
+
+def training_provenance(n_train: int, provenance: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a model file says of its training set: ``n_train``, the ``molntk`` version and
+    ``created`` (UTC, to the second), updated by the caller's JSON-ready ``provenance``."""
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return {"n_train": n_train, "molntk": __version__, "created": created, **(provenance or {})}
+
+
+def provenance_from_meta(path: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """The ``provenance`` object of a model file's metadata ({} for files written before it
+    was kept); ModelFileError naming ``path`` when it is not a JSON object."""
+    provenance = meta.get("provenance") or {}
+    if not isinstance(provenance, dict):
+        raise ModelFileError(str(path), f"damaged model file (provenance is a {type(provenance).__name__}, not a JSON object)")
+    return provenance
 
 
 def molecule_arrays(molecules: Sequence[Molecule]) -> dict[str, np.ndarray]:

@@ -67,7 +67,6 @@ import numbers
 import os
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,7 +87,8 @@ from molntk.features.radial import radial_basis_from_dict
 from molntk.models.delta import baseline_results, check_baseline, check_energy_unit
 from molntk.models.forces import energies_and_forces, kernel_expansion
 from molntk.models.model_files import (dressed_atom_arrays, dressed_atom_from_arrays, load_model_file, molecule_arrays,
-                                       molecules_from_arrays, optional_text, write_model_archive)
+                                       molecules_from_arrays, optional_text, provenance_from_meta, training_provenance,
+                                       write_model_archive)
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
@@ -428,8 +428,7 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
         self.__dict__.pop("domain_", None)  # of an earlier fit
         self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
         self.target_, self.unit_ = target, unit
-        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self.provenance_ = {"n_train": len(molecules), "molntk": __version__, "created": created, **(provenance or {})}
+        self.provenance_ = training_provenance(len(molecules), provenance)
         self.n_features_in_ = 1
 
     def predict(self, X: Any, return_std: bool = False, *, std_of: str = "y") -> np.ndarray | tuple[np.ndarray, np.ndarray]:
@@ -555,9 +554,7 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
         model.train_molecules_ = molecules_from_arrays(arrays, meta["ids"])
         model.training_elements_ = present_elements(arrays["numbers"])
         model.target_, model.unit_ = optional_text(meta, "target"), optional_text(meta, "unit")
-        model.provenance_ = meta.get("provenance") or {}  # files from before provenance: none
-        if not isinstance(model.provenance_, dict):
-            raise ModelFileError(str(path), f"damaged model file (provenance is a {type(model.provenance_).__name__}, not a JSON object)")
+        model.provenance_ = provenance_from_meta(path, meta)
         model.dressed_atom_ = dressed_atom_from_arrays(arrays)
         state = {k.removeprefix("regressor_"): v for k, v in arrays.items() if k.startswith("regressor_")}
         sparse = str(state.get("solver", "")) == "sparse"

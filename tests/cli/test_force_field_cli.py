@@ -6,6 +6,7 @@ to extended xyz."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
@@ -59,6 +60,10 @@ def test_fit_forces_writes_the_force_field_fitted_by_hand_and_names_the_frame_wi
     assert "forces" in failure
     model = load_model(path)
     assert isinstance(model, SO3ForceFieldRegressor) and (model.unit_, model.target_) == ("eV", "dft_energy")
+    provenance = model.provenance_  # the data file, its hash and the item that failed
+    assert provenance["data_file"] == str(frames / "train.extxyz") and provenance["n_train"] == 5
+    assert provenance["data_sha256"] == hashlib.sha256((frames / "train.extxyz").read_bytes()).hexdigest()
+    assert provenance["read_failures"] == 1 and {"molntk", "created", "read_options"} <= provenance.keys()
     data = read_labelled(frames / "train.extxyz", "dft_energy", forces=True)
     by_hand = SO3ForceFieldRegressor(elements=data.elements, unit="eV", noise_search="local")
     by_hand.fit(data.molecules, data.targets["dft_energy"], data.forces)

@@ -295,6 +295,7 @@ def test_a_saved_force_field_loads_and_predicts_the_same(tiny, sample, tmp_path)
     assert loaded.get_params() == model.get_params() and not loaded.sparse_
     assert (loaded.reg_energy_, loaded.reg_force_) == (model.reg_energy_, model.reg_force_)
     assert (loaded.unit_, loaded.target_) == (model.unit_, model.target_) and model.target_ == "energy"
+    assert loaded.provenance_ == model.provenance_ and model.provenance_["n_train"] == len(model.train_molecules_)
     e0, f0 = model.predict_forces(test, return_energy=True)
     e1, f1 = loaded.predict_forces(test, return_energy=True)
     assert np.array_equal(e0, e1) and all(np.array_equal(a, b) for a, b in zip(f0, f1))
@@ -317,6 +318,8 @@ def test_a_saved_force_field_loads_and_predicts_the_same(tiny, sample, tmp_path)
     write_model_archive(tmp_path / "other.npz", {**meta, "format": "someone-elses"}, arrays)
     with pytest.raises(ModelFileError, match="other.npz.*format 'someone-elses'"):
         load_model(tmp_path / "other.npz")
+    write_model_archive(tmp_path / "older.npz", {k: v for k, v in meta.items() if k != "provenance"}, arrays)
+    assert SO3ForceFieldRegressor.load(tmp_path / "older.npz").provenance_ == {}  # files from before it was kept
 
 
 def test_the_exact_model_that_cannot_fit_memory_is_refused_before_any_kernel(sample, monkeypatch):

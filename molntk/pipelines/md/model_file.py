@@ -42,7 +42,7 @@ def fit_force_field_file(path: str | Path, target: str, out: str | Path, *, indu
     model = SO3ForceFieldRegressor(elements=data.elements, inducing=inducing, baseline=baseline, unit=FORCE_FIELD_UNIT,
                                    device=str(resolve_device(device)),
                                    noise_search="local" if inducing is None else "grid")
-    model.fit(data.molecules, data.targets[target], data.forces, target=target)
+    model.fit(data.molecules, data.targets[target], data.forces, target=target, provenance=data.provenance(read))
     with result_set(folder) as stage:
         model.save(stage / f"{target}{MODEL_SUFFIX}")
     return {

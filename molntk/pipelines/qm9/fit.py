@@ -38,7 +38,6 @@ from molntk.pipelines.qm9.run import target_settings, targets_by_reduce
 from molntk.pipelines.qm9.sets import load_sets
 from molntk.scale import open_executor, torch_threads
 from molntk.scale.progress import Progress, labelled
-from molntk.utils.files import sha256_file
 
 
 def models_folder(config: QM9PropertyConfig, out: str | Path | None) -> Path:
@@ -108,8 +107,7 @@ def fit_labelled_file(path: str | Path, target: str, out: str | Path, *, unit: s
         raise InputError(str(path), f"no molecule with a value of {target!r} could be read ({len(data.failures)} failed)")
     model = SO3NTKRegressor(elements=data.elements, inducing=inducing, baseline=baseline, device=device, verbose=verbose)
     model.fit(data.molecules, data.targets[target], target=target, unit=unit,
-              provenance={"data_file": str(path), "data_sha256": sha256_file(path), "read_options": read,
-                          "read_failures": len(data.failures)})
+              provenance=data.provenance(read))
     with result_set(folder) as stage:
         files = write_models(stage, {target: model})
     return {

@@ -4,7 +4,7 @@ a sparse model in a baseline's own descriptor space (:func:`inducing_atoms`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +15,9 @@ from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.features.environments import EnvironmentBatch, molecule_rows
 from molntk.features.inducing import inducing_rows
+
+#: Molecules per call when descriptors are computed in chunks (:meth:`AtomDescriptors.in_chunks`).
+DESCRIBE_CHUNK = 2048
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +51,24 @@ class AtomDescriptors:
             molecule_index=torch.from_numpy(np.repeat(np.arange(len(molecules)), n_atoms)),
             n_molecules=len(molecules),
         )
+
+    @classmethod
+    def in_chunks(cls, molecules: Sequence[Molecule], width: int,
+                  describe: Callable[[Sequence[Molecule]], np.ndarray]) -> AtomDescriptors:
+        """:meth:`from_molecules` of ``describe`` called on :data:`DESCRIBE_CHUNK` molecules at
+        a time, each call's (atoms, ``width``) rows written into one preallocated float64
+        array: the memory of the descriptors once, not of a list of them and its
+        concatenation."""
+        chunk = DESCRIBE_CHUNK
+        values = np.empty((sum(m.n_atoms for m in molecules), width), dtype=np.float64)
+        start = 0
+        for first in range(0, len(molecules), chunk):
+            rows = np.asarray(describe(molecules[first : first + chunk]), dtype=np.float64).reshape(-1, width)
+            values[start : start + len(rows)] = rows
+            start += len(rows)
+        if start != len(values):
+            raise ValueError(f"the descriptors have {start} rows for the {len(values)} atoms of the molecules")
+        return cls.from_molecules(molecules, values)
 
     def select(self, indices: Sequence[int] | np.ndarray | Tensor) -> AtomDescriptors:
         """The descriptors of molecules ``indices`` (in that order, repeats allowed)."""

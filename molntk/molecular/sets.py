@@ -32,7 +32,7 @@ def molecule_fingerprint(molecules: Sequence[Molecule]) -> str:
 class MoleculeSet:
     """A list of molecules with their environment feature maps (in ``dtype`` on ``device``),
     computed on first use per feature config, and per-atom descriptors, computed on first
-    use per descriptor key until :meth:`release_descriptors`."""
+    use per descriptor key, both kept until :meth:`release`."""
 
     molecules: list[Molecule]
     dtype: torch.dtype = torch.float64
@@ -54,9 +54,12 @@ class MoleculeSet:
             self._descriptors[key] = describe(self.molecules)
         return self._descriptors[key]
 
-    def release_descriptors(self) -> None:
-        """Forget the descriptors (GBs for SOAP at tens of thousands of molecules); a later
-        :meth:`descriptors` computes them again."""
+    def release(self) -> None:
+        """Forget the feature maps and descriptors (GBs each at tens of thousands of
+        molecules: SOAP's 2,325 numbers per atom, 1,280 per environment for 16 radial
+        functions of 5 elements); a later :meth:`environments` or :meth:`descriptors`
+        computes them again."""
+        self._environments.clear()
         self._descriptors.clear()
 
     def fingerprint(self) -> str:

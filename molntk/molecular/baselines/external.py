@@ -21,7 +21,7 @@ sparse models compute Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(x_a, x_s) on the sam
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType, ModuleType
 from typing import Any, ClassVar
@@ -75,11 +75,13 @@ class DScribeSOAPKernel(MoleculeDescriptorKernel):
             sigma=self.sigma, periodic=False, dtype="float64",
         )
         width = soap.get_number_of_features()
-        atoms = [Atoms(numbers=m.numbers, positions=m.positions) for m in molecules]
-        out = soap.create(atoms, n_jobs=self.n_jobs) if atoms else []
-        parts = [np.asarray(o).reshape(-1, width) for o in (out if isinstance(out, list) else [out])]
-        values = np.concatenate(parts) if parts else np.zeros((0, width))
-        return AtomDescriptors.from_molecules(molecules, normalise(torch.from_numpy(values)).numpy())
+
+        def normalised_soap(chunk: Sequence[Molecule]) -> np.ndarray:
+            out = soap.create([Atoms(numbers=m.numbers, positions=m.positions) for m in chunk], n_jobs=self.n_jobs)
+            values = np.concatenate([np.asarray(o).reshape(-1, width) for o in (out if isinstance(out, list) else [out])])
+            return normalise(torch.from_numpy(values)).numpy()
+
+        return AtomDescriptors.in_chunks(molecules, width, normalised_soap)
 
     def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor]:
         return (normalised_dot_power(x1, x2, self.zeta),)
@@ -106,11 +108,13 @@ class FCHL19Kernel(MoleculeDescriptorKernel):
         representations = require("qmllib.representations", "qmllib", "the FCHL19 baseline")
         for m in molecules:
             m.check_elements(self.elements)
-        reps = [
-            representations.generate_fchl19(m.numbers, m.positions, elements=list(self.elements), **dict(self.options))
-            for m in molecules
-        ]
-        return AtomDescriptors.from_molecules(molecules, np.concatenate(reps) if reps else np.zeros((0, 0)))
+        def fchl19(chunk: Sequence[Molecule]) -> np.ndarray:
+            return np.concatenate([
+                representations.generate_fchl19(m.numbers, m.positions, elements=list(self.elements), **dict(self.options))
+                for m in chunk])
+
+        width = fchl19(molecules[:1]).shape[1] if molecules else 0
+        return AtomDescriptors.in_chunks(molecules, width, fchl19)
 
     def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor]:
         d = torch.cdist(x1, x1 if x2 is None else x2, compute_mode="donot_use_mm_for_euclid_dist")

@@ -146,5 +146,5 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
                     records += sparse_records(config, sets, sparse, name, chosen, target, residual[target], predictions)
                 sparse.release()
             for group in (selection, sets.molecules):
-                group.release_descriptors()  # a baseline's own descriptors serve this model only
+                group.release()  # feature maps and descriptors: computed again by a model that needs them
     return records, search, predictions, kernel_seconds, models

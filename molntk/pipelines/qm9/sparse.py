@@ -97,7 +97,7 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, as
     """Steps 1–2 of the module docstring for the chosen ``candidate``."""
     rows = inducing_atom_rows(candidate, sets, sparse)
     kernel = block_kernel(candidate, InducingSet(sets.molecules, rows))
-    sets.molecules.release_descriptors()  # the block kernel holds the inducing set's own copy
+    sets.molecules.release()  # the block kernel holds the inducing set's own copy
     m, n_train, n_test = len(rows), sets.n_train, sets.n_test
     assembly = assembler.assemble(
         kernel, np.arange(m), m + np.arange(len(sets.molecules)),

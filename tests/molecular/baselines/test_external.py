@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from molntk.molecular import descriptors
 from molntk.molecular.baselines import DScribeSOAPKernel, FCHL19Kernel
 from tests.helpers.baselines import random_rotation, rotated
 
@@ -22,8 +23,10 @@ def test_missing_optional_packages_raise_a_clear_error(monkeypatch, molecules, m
         make()(molecules[:2])
 
 
-def test_fchl19_kernel_matches_qmllib_local_kernel(molecules):
+@pytest.mark.parametrize("chunk", [2048, 3])  # descriptors of 3 molecules per call: several chunks
+def test_fchl19_kernel_matches_qmllib_local_kernel(molecules, monkeypatch, chunk):
     pytest.importorskip("qmllib")
+    monkeypatch.setattr(descriptors, "DESCRIBE_CHUNK", chunk)
     from qmllib.kernels import get_local_kernel, get_local_symmetric_kernel
     from qmllib.representations import generate_fchl19
 
@@ -43,3 +46,21 @@ def test_dscribe_soap_kernel_is_invariant_and_normalised(molecules):
     assert torch.allclose(kern(moved).kernel, base, rtol=1e-10, atol=1e-10)
     counts = torch.tensor([sum(int((m.numbers == z).sum()) ** 2 for z in (1, 6, 7, 8)) for m in molecules], dtype=torch.float64)
     assert torch.all(torch.diagonal(base) <= counts + 1e-12)  # Σ_Z n_Z² pairs, each ≤ 1
+
+
+def test_soap_descriptors_in_chunks_are_dscribes_per_molecule_vectors_normalised(molecules, monkeypatch):
+    """Computed 3 molecules per call into one array (the memory of the descriptors once), the
+    rows are DScribe's SOAP vectors of each molecule on its own, scaled to unit length."""
+    pytest.importorskip("dscribe")
+    from ase import Atoms
+    from dscribe.descriptors import SOAP
+
+    monkeypatch.setattr(descriptors, "DESCRIBE_CHUNK", 3)
+    kern = DScribeSOAPKernel(r_cut=4.0, n_max=3, l_max=3)
+    soap = SOAP(species=list(kern.elements), r_cut=4.0, n_max=3, l_max=3, sigma=kern.sigma, periodic=False)
+    expected = np.concatenate([soap.create(Atoms(numbers=m.numbers, positions=m.positions)) for m in molecules])
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    got = kern.atom_descriptors(molecules)
+    assert len(molecules) > 3 and got.values.shape == expected.shape
+    np.testing.assert_allclose(got.values.numpy(), expected, rtol=0, atol=1e-14)
+    assert got.molecule_index.tolist() == [i for i, m in enumerate(molecules) for _ in range(m.n_atoms)]

@@ -63,7 +63,7 @@ def test_descriptors_are_computed_once_per_set_and_shared_by_every_sigma(qm9, mo
     inducing = FCHL19Kernel(2.0).describe(InducingSet(fresh, torch.tensor([0, 4])))
     assert calls == [3]
     assert torch.equal(inducing.values[:2], first.values[[0, 4]]) and inducing.n_molecules == 5
-    fresh.release_descriptors()
+    fresh.release()
     FCHL19Kernel(1.0).describe(fresh)
     assert calls == [3, 3]
 

@@ -101,3 +101,23 @@ def test_an_so3_candidate_may_bring_its_own_radial_basis(tmp_path):
             "models.so3_ntk={candidates: [{layers: 'lift:2 erf pool dense', "
             "radial: {kind: gaussian, width: 0.3, width_growth: 1.5}}]}"
         ])
+
+
+def test_soap_candidates_span_cutoff_width_and_zeta_and_an_edge_on_any_axis_is_reported(tmp_path):
+    """SOAP's candidates are r_cuts × sigmas × zetas; the chosen one is at the grid's edge when
+    it takes the smallest or largest value of any axis that has two or more values."""
+    from molntk.pipelines.qm9.candidates import Candidate
+    from molntk.pipelines.qm9.exact import at_grid_edge
+
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    soap = TASKS.load(str(config), ["models.soap={r_cuts: [3.0, 4.0, 5.0], sigmas: [0.3], zetas: [1, 2, 3]}"]).models.soap
+    grid = [(r, w, z) for r in soap.r_cuts for w in soap.sigmas for z in soap.zetas]
+    candidates = [Candidate(str(point), {}, None, grid_value=point) for point in grid]
+    assert at_grid_edge(candidates, grid.index((4.0, 0.3, 2))) is False  # inside on both varied axes; σ has one value
+    assert at_grid_edge(candidates, grid.index((4.0, 0.3, 3))) is True  # ζ at its largest
+    assert at_grid_edge(candidates, grid.index((3.0, 0.3, 2))) is True  # r_cut at its smallest
+    one_point = [Candidate("x", {}, None, grid_value=(5.0, 0.5, 2))]
+    assert at_grid_edge(one_point, 0) is None and at_grid_edge([Candidate("y", {}, None)], 0) is None
+    with pytest.raises(ConfigValidationError, match="r_cut"):
+        TASKS.load(str(config), ["models.soap={r_cut: 5.0}"])  # the grid's key is r_cuts

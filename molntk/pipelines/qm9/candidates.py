@@ -38,14 +38,15 @@ CONFIG_KEYS = {
 class Candidate:
     """One hyperparameter setting of a model: report label, JSON parameters, its kernel,
     whether the kernel is a quadrature (accurate to ``regression.psd_rtol``, not to
-    rounding), and its value on the model's one-dimensional grid (ζ, FCHL19's σ, a
-    Laplacian's width factor; None for architectures, which have no order)."""
+    rounding), and its point on the model's grid (ζ, FCHL19's σ, a Laplacian's width
+    factor; a tuple on a grid of several axes, SOAP's (r_cut, σ, ζ); None for
+    architectures, which have no order)."""
 
     label: str
     params: dict[str, Any]
     kernel: MolecularKernel
     quadrature: bool = False
-    grid_value: float | None = None
+    grid_value: float | tuple[float, ...] | None = None
 
     @property
     def matrix(self) -> str:
@@ -131,10 +132,10 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
     if models.soap is not None:
         soap = models.soap
         out["soap-dscribe"] = [
-            Candidate(f"ζ={z}", {**soap.model_dump(exclude={"zetas"}), "zeta": z}, DScribeSOAPKernel(
-                r_cut=soap.r_cut, n_max=soap.n_max, l_max=soap.l_max, sigma=soap.sigma, zeta=z, pairing=pairing, reduce=reduce,
-                elements=elements), grid_value=z)
-            for z in soap.zetas
+            Candidate(f"r_cut={r:g} Å, σ={w:g} Å, ζ={z}", {"r_cut": r, "n_max": soap.n_max, "l_max": soap.l_max, "sigma": w, "zeta": z},
+                      DScribeSOAPKernel(r_cut=r, n_max=soap.n_max, l_max=soap.l_max, sigma=w, zeta=z, pairing=pairing,
+                                        reduce=reduce, elements=elements), grid_value=(r, w, z))
+            for r in soap.r_cuts for w in soap.sigmas for z in soap.zetas
         ]
     if models.fchl19 is not None:
         out["fchl19"] = [

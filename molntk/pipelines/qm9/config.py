@@ -242,12 +242,13 @@ class LaplacianModelConfig(Section):
 
 
 class SOAPModelConfig(Section):
-    """SOAP from DScribe (optional package): r_cut (Å), radial/angular sizes, width σ, ζ chosen."""
+    """SOAP from DScribe (optional package): radial and angular sizes; the cutoff (Å), the
+    atoms' Gaussian width σ (Å) and ζ chosen from ``r_cuts`` × ``sigmas`` × ``zetas``."""
 
-    r_cut: Positive = 5.0
+    r_cuts: Annotated[list[Positive], Field(min_length=1)] = [5.0]
     n_max: Count = 6
     l_max: Count = 4
-    sigma: Positive = 0.5
+    sigmas: Annotated[list[Positive], Field(min_length=1)] = [0.5]
     zetas: Annotated[list[Count], Field(min_length=1)] = [2]
 
 

@@ -66,13 +66,19 @@ CV_ERROR_KEYS = {"squared": "cv_rmse", "absolute": "cv_mae"}
 
 
 def at_grid_edge(candidates: Sequence[Candidate], best: int) -> bool | None:
-    """Whether the chosen candidate's ``grid_value`` is the smallest or largest of its
-    model's grid (the grid may be too narrow: a wider one could choose beyond it); None
-    when the candidates have no grid values or fewer than two distinct ones."""
+    """Whether the chosen candidate's ``grid_value`` is the smallest or largest value of its
+    model's grid on some axis with at least two values (the grid may be too narrow there: a
+    wider one could choose beyond it); None when the candidates have no grid values or no
+    axis has two distinct ones."""
     values = [c.grid_value for c in candidates]
-    if None in values or len(set(values)) < 2:
+    if None in values:
         return None
-    return values[best] in (min(values), max(values))
+    points = [v if isinstance(v, tuple) else (v,) for v in values]
+    axes = [sorted({point[i] for point in points}) for i in range(len(points[best]))]
+    varied = [i for i, axis in enumerate(axes) if len(axis) >= 2]
+    if not varied:
+        return None
+    return any(points[best][i] in (axes[i][0], axes[i][-1]) for i in varied)
 
 
 def select_candidate(

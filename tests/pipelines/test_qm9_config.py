@@ -121,3 +121,22 @@ def test_soap_candidates_span_cutoff_width_and_zeta_and_an_edge_on_any_axis_is_r
     assert at_grid_edge(one_point, 0) is None and at_grid_edge([Candidate("y", {}, None)], 0) is None
     with pytest.raises(ConfigValidationError, match="r_cut"):
         TASKS.load(str(config), ["models.soap={r_cut: 5.0}"])  # the grid's key is r_cuts
+
+
+def test_power_spectrum_chooses_among_radial_bases_as_the_so3_candidates_do(tmp_path):
+    """``models.power_spectrum.radials``: each radial basis (null: the features section's) × each ζ;
+    a basis that does not parse is named by its position."""
+    from molntk.pipelines.qm9.candidates import build_candidates
+
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    growth = "{kind: gaussian, n: 6, r_min: 0.7, r_cut: 3.0, width_growth: 1.5}"
+    loaded = TASKS.load(str(config), [f"models.power_spectrum={{zetas: [1, 2], radials: [null, {growth}]}}"])
+    candidates = build_candidates(loaded, "sum", [])["power-spectrum"]
+    assert [c.params["zeta"] for c in candidates] == [1, 2, 1, 2]
+    features = loaded.features.feature_config(None)
+    assert candidates[0].kernel.features == features and "radial" not in candidates[0].label
+    assert candidates[2].kernel.features.radial != features.radial and candidates[2].kernel.features.radial.n == 6
+    assert "width_growth=1.5" in candidates[2].label
+    with pytest.raises(ConfigValidationError, match=r"radials\[1\]"):
+        TASKS.load(str(config), ["models.power_spectrum={radials: [null, {kind: gaussian, n: 0}]}"])

@@ -80,6 +80,13 @@ def so3_recipe(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str,
     )
 
 
+def radial_label(radial: dict[str, Any] | None) -> str:
+    """", radial n=… r_min=…" for a candidate's own radial basis, "" for the feature maps'."""
+    if radial is None:
+        return ""
+    return ", radial " + " ".join(f"{k}={v}" for k, v in radial.items() if k != "kind")
+
+
 def so3_candidates(config: QM9PropertyConfig, reduce: str, elements: Sequence[int] | None = None) -> list[Candidate]:
     """The SO(3) NTK's candidates (``models.so3_ntk``, which must not be null) under the
     config, reduced by ``reduce``, for the element set ``elements`` (None: QM9's)."""
@@ -90,8 +97,7 @@ def so3_candidates(config: QM9PropertyConfig, reduce: str, elements: Sequence[in
         label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
         if c.smearing_width is not None:
             label += f", smearing {c.smearing_width:g} rad"
-        if c.radial is not None:
-            label += ", radial " + " ".join(f"{k}={v}" for k, v in c.radial.items() if k != "kind")
+        label += radial_label(c.radial)
         out.append(Candidate(label, c.model_dump(), recipe.molecular_kernel(device), recipe.quadrature))
     return out
 
@@ -125,10 +131,14 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
                 label += f", {2 * section.rotations} rotations"
             out[name].append(Candidate(label, c.model_dump(), kernel, quadrature=name != "mlp-ntk"))
     if models.power_spectrum is not None:
-        out["power-spectrum"] = [
-            Candidate(f"ζ={z}", {"zeta": z}, PowerSpectrumKernel(features, z, pairing=pairing, reduce=reduce), grid_value=z)
-            for z in models.power_spectrum.zetas
-        ]
+        out["power-spectrum"] = []
+        for radial in models.power_spectrum.radials or [None]:
+            maps = features if radial is None else dataclasses.replace(features, radial=radial_basis_from_dict(radial))
+            out["power-spectrum"] += [
+                Candidate(f"ζ={z}" + radial_label(radial), {"zeta": z, "radial": radial},
+                          PowerSpectrumKernel(maps, z, pairing=pairing, reduce=reduce), grid_value=z)
+                for z in models.power_spectrum.zetas
+            ]
     if models.soap is not None:
         soap = models.soap
         out["soap-dscribe"] = [

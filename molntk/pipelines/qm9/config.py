@@ -230,9 +230,24 @@ class AugmentedMLPModelConfig(MLPModelConfig):
 
 
 class PowerSpectrumModelConfig(Section):
-    """SOAP-type power-spectrum kernel (p̂·p̂')^ζ on the feature maps, ζ chosen from ``zetas``."""
+    """SOAP-type power-spectrum kernel (p̂·p̂')^ζ on the feature maps, ζ chosen from ``zetas``
+    and, when ``radials`` lists radial bases (each as the ``features`` section's ``radial``,
+    or null for that one), the maps' radial basis from them, as the SO(3) candidates choose
+    theirs (``radials`` null: the ``features`` section's only)."""
 
     zetas: Annotated[list[Count], Field(min_length=1)] = [1, 2, 3, 4]
+    radials: Annotated[list[dict[str, Any] | None], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _radials_parse(self) -> PowerSpectrumModelConfig:
+        for i, radial in enumerate(self.radials or []):
+            if radial is None:
+                continue
+            try:
+                radial_basis_from_dict(radial)
+            except ValueError as err:
+                raise FieldError(f"radials[{i}]", str(err)) from None
+        return self
 
 
 class LaplacianModelConfig(Section):

@@ -89,3 +89,18 @@ def test_single_atom_environment_has_zero_power_spectrum():
     kern = PowerSpectrumKernel(CONFIG)
     k = kern([Molecule([6], [[0, 0, 0]]), Molecule([6, 1], [[0, 0, 0], [1.1, 0, 0]])]).kernel
     assert torch.isfinite(k).all() and float(k[0, 0]) == 0.0 and float(k[1, 1]) == pytest.approx(2.0, rel=1e-14)
+
+
+@pytest.mark.parametrize("block_size", [7, 1024])
+def test_kernel_from_spectra_formed_per_block_is_the_pair_sum_of_normalised_spectra(molecules, block_size):
+    """The kernel forms p̂ per block of atoms from the coefficients it holds; summed over same-element
+    atom pairs it equals (p̂_a · p̂_b)^ζ of the spectra of every atom formed at once, by numpy."""
+    feats = environment_features(molecules, CONFIG)
+    p = power_spectrum(feats.coeffs).numpy()
+    p /= np.linalg.norm(p, axis=1, keepdims=True)
+    same = feats.centre_numbers.numpy()[:, None] == feats.centre_numbers.numpy()[None, :]
+    incidence = np.zeros((len(molecules), len(p)))
+    incidence[feats.molecule_index.numpy(), np.arange(len(p))] = 1.0
+    expected = incidence @ (((p @ p.T) ** 3) * same) @ incidence.T
+    got = PowerSpectrumKernel(CONFIG, zeta=3, block_size=block_size)(molecules).kernel.numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=0)

@@ -53,17 +53,17 @@ class AtomDescriptors:
         )
 
     @classmethod
-    def in_chunks(cls, molecules: Sequence[Molecule], width: int,
-                  describe: Callable[[Sequence[Molecule]], np.ndarray]) -> AtomDescriptors:
+    def in_chunks(cls, molecules: Sequence[Molecule], describe: Callable[[Sequence[Molecule]], np.ndarray]) -> AtomDescriptors:
         """:meth:`from_molecules` of ``describe`` called on :data:`DESCRIBE_CHUNK` molecules at
-        a time, each call's (atoms, ``width``) rows written into one preallocated float64
-        array: the memory of the descriptors once, not of a list of them and its
-        concatenation."""
-        chunk = DESCRIBE_CHUNK
-        values = np.empty((sum(m.n_atoms for m in molecules), width), dtype=np.float64)
+        a time, each call's (atoms, width) rows written into one float64 array allocated
+        after the first call: the memory of the descriptors once, not of a list of them and
+        its concatenation."""
+        values = np.zeros((0, 0))
         start = 0
-        for first in range(0, len(molecules), chunk):
-            rows = np.asarray(describe(molecules[first : first + chunk]), dtype=np.float64).reshape(-1, width)
+        for first in range(0, len(molecules), DESCRIBE_CHUNK):
+            rows = np.asarray(describe(molecules[first : first + DESCRIBE_CHUNK]), dtype=np.float64)
+            if first == 0:
+                values = np.empty((sum(m.n_atoms for m in molecules), rows.shape[1]), dtype=np.float64)
             values[start : start + len(rows)] = rows
             start += len(rows)
         if start != len(values):

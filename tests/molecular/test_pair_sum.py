@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _brute_force(kern, molecules_a, molecules_b, index: int) -> torch.Tensor:
     da, db = kern.describe(molecules_a), kern.describe(molecules_b)
-    k = kern.env_kernel(da.values, db.values)[index]
+    k = kern.env_kernel(kern.compared(da.values), kern.compared(db.values))[index]
     out = torch.zeros(len(molecules_a), len(molecules_b), dtype=torch.float64)
     for a in range(da.values.shape[0]):
         for b in range(db.values.shape[0]):

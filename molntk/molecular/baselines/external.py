@@ -81,7 +81,7 @@ class DScribeSOAPKernel(MoleculeDescriptorKernel):
             values = np.concatenate([np.asarray(o).reshape(-1, width) for o in (out if isinstance(out, list) else [out])])
             return normalise(torch.from_numpy(values)).numpy()
 
-        return AtomDescriptors.in_chunks(molecules, width, normalised_soap)
+        return AtomDescriptors.in_chunks(molecules, normalised_soap)
 
     def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor]:
         return (normalised_dot_power(x1, x2, self.zeta),)
@@ -113,8 +113,7 @@ class FCHL19Kernel(MoleculeDescriptorKernel):
                 representations.generate_fchl19(m.numbers, m.positions, elements=list(self.elements), **dict(self.options))
                 for m in chunk])
 
-        width = fchl19(molecules[:1]).shape[1] if molecules else 0
-        return AtomDescriptors.in_chunks(molecules, width, fchl19)
+        return AtomDescriptors.in_chunks(molecules, fchl19)
 
     def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor]:
         d = torch.cdist(x1, x1 if x2 is None else x2, compute_mode="donot_use_mm_for_euclid_dist")

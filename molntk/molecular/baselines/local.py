@@ -60,7 +60,12 @@ class LocalKernel(ABC):
 
     @abstractmethod
     def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor, ...]:
-        """Kernels (n1, n2) between descriptor rows x1, x2 (x2 None: x1 with itself)."""
+        """Kernels (n1, n2) between compared rows x1, x2 (:meth:`compared`; x2 None: x1 with itself)."""
+
+    def compared(self, values: Tensor) -> Tensor:
+        """What :meth:`env_kernel` compares, made from descriptor values once per call (the
+        values themselves, unless a kernel stores something smaller than it compares)."""
+        return values
 
     def on(self, device: str) -> LocalKernel:
         """The kernel itself: it holds no device state (its descriptors carry the device)."""
@@ -81,8 +86,8 @@ class LocalKernel(ABC):
         """The molecular kernels (M1, M2) named by :attr:`outputs`, in the descriptors' dtype and device."""
         d1 = self.descriptors(a)
         d2 = None if b is None else self.descriptors(b)
-        v1 = d1.values
-        v2 = v1 if d2 is None else d2.values
+        v1 = self.compared(d1.values)
+        v2 = v1 if d2 is None else self.compared(d2.values)
 
         def block(i1: Tensor, i2: Tensor, diagonal: bool) -> tuple[Tensor, ...]:
             return self.env_kernel(v1[i1], None if diagonal else v2[i2])

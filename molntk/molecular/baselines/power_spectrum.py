@@ -94,16 +94,15 @@ class PowerSpectrumKernel(FeatureMapKernel):
             raise ValueError(f"zeta must be a positive integer, got {self.zeta!r}")
 
     def from_environments(self, batch: EnvironmentBatch) -> AtomDescriptors:
-        """The environments' Fourier coefficients, one flat row (C · L²) each, a view of
-        ``batch``: the power spectra are formed per block of atoms in :meth:`env_kernel`,
-        never for every atom at once (L · C(C+1)/2 numbers per atom: 12,960 for 80
-        channels, 41 GB for the 400,000 atoms of 22,000 QM9 molecules)."""
-        return AtomDescriptors.from_batch(batch, batch.coeffs.flatten(1))
+        """The environments' Fourier coefficients (C, L²) as they are: the power spectra are
+        formed per kernel call (:meth:`compared`: for the atoms of one block), never for every
+        atom at once (L · C(C+1)/2 numbers per atom: 12,960 for 80 channels, 41 GB for the
+        400,000 atoms of 22,000 QM9 molecules)."""
+        return AtomDescriptors.from_batch(batch)
 
-    def spectra(self, rows: Tensor) -> Tensor:
-        """Normalised power spectra p̂ of flat coefficient rows (:meth:`from_environments`)."""
-        coeffs = rows.reshape(len(rows), -1, self.features.band_limit**2)
-        return normalise(power_spectrum(coeffs, degree_scaling=self.degree_scaling))
+    def compared(self, values: Tensor) -> Tensor:
+        """Normalised power spectra p̂ of coefficients (n, C, L²)."""
+        return normalise(power_spectrum(values, degree_scaling=self.degree_scaling))
 
     def env_kernel(self, x1: Tensor, x2: Tensor | None = None) -> tuple[Tensor]:
-        return (normalised_dot_power(self.spectra(x1), None if x2 is None else self.spectra(x2), self.zeta),)
+        return (normalised_dot_power(x1, x2, self.zeta),)

@@ -77,7 +77,7 @@ class AtomDescriptors:
 
     def to(self, device: str) -> AtomDescriptors:
         """The same descriptors with every tensor on ``device``."""
-        return AtomDescriptors(self.values.to(device), self.centre_numbers.to(device), self.molecule_index.to(device), self.n_molecules)
+        return type(self)(self.values.to(device), self.centre_numbers.to(device), self.molecule_index.to(device), self.n_molecules)
 
     def atoms_as_molecules(self, rows: Tensor) -> AtomDescriptors:
         """The descriptors of atoms ``rows`` (rows of ``values``), each a molecule of its own

@@ -79,6 +79,10 @@ class SO3MolecularKernel:
             raise TypeError("pairing='atom-index' has no single-environment kernel: no inducing environments")
         return padded_features(group.molecules, self.features, n_atoms=QM9_MAX_ATOMS, dtype=group.dtype, device=group.device)
 
+    def prepare(self, descriptors: SO3Features) -> SO3Features:
+        """The descriptors as they are: a call makes nothing of them that it could keep."""
+        return descriptors
+
     def on(self, device: str) -> SO3MolecularKernel:
         """The same kernel with its discretisation rebuilt on ``device``."""
         ctx = self.network.discretisation(self.ctx.grid, self.ctx.mode, self.ctx.dtype, device)

@@ -81,6 +81,10 @@ class LaplacianKernel:
         """Descriptors (M, d), float64: compute once per molecule set, then pass to calls."""
         return GlobalDescriptors(self.descriptor(as_molecule_set(molecules).molecules))
 
+    def prepare(self, descriptors: GlobalDescriptors) -> GlobalDescriptors:
+        """The descriptors as they are: a call makes nothing of them that it could keep."""
+        return descriptors
+
     def on(self, device: str) -> LaplacianKernel:
         """The kernel itself: it holds no device state."""
         return self

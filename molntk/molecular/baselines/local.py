@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+import numpy as np
+import torch
 from torch import Tensor
 
 from molntk.data.molecule import Molecule
@@ -27,6 +29,22 @@ from molntk.molecular.sets import InducingSet, MoleculeSet, as_molecule_set
 
 #: What a local kernel call takes: descriptors, environment feature maps or molecules.
 KernelInput = AtomDescriptors | EnvironmentBatch | MoleculeSet | Molecule | Sequence[Molecule]
+
+
+@dataclass(frozen=True, eq=False)
+class ComparedDescriptors(AtomDescriptors):
+    """Atom descriptors whose ``values`` are already what a local kernel's
+    :meth:`~LocalKernel.env_kernel` compares, atoms grouped by centre element
+    (:meth:`LocalKernel.prepare`). Whole sets only: not taken apart by molecule."""
+
+    def select(self, indices: Sequence[int] | np.ndarray | Tensor) -> AtomDescriptors:
+        raise TypeError("prepared descriptors are grouped by element, not by molecule: select molecules before prepare()")
+
+
+def atom_rows(values: Tensor, index: Tensor) -> Tensor:
+    """values[index] for increasing atom indices: a view where they are consecutive."""
+    first, last = int(index[0]), int(index[-1])
+    return values[first : last + 1] if last - first + 1 == len(index) else values[index]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +85,17 @@ class LocalKernel(ABC):
         values themselves, unless a kernel stores something smaller than it compares)."""
         return values
 
+    def prepare(self, descriptors: AtomDescriptors) -> ComparedDescriptors:
+        """``descriptors`` with their values made :meth:`compared` once and their atoms
+        grouped by centre element, for a side that many calls share (a row block of the
+        block engine): the pair sum then takes each element's atoms as a slice, not a copy."""
+        if isinstance(descriptors, ComparedDescriptors):
+            return descriptors
+        d = descriptors
+        order = torch.argsort(d.centre_numbers, stable=True)
+        return ComparedDescriptors(self.compared(d.values)[order], d.centre_numbers[order], d.molecule_index[order],
+                                   d.n_molecules)
+
     def on(self, device: str) -> LocalKernel:
         """The kernel itself: it holds no device state (its descriptors carry the device)."""
         return self
@@ -84,13 +113,13 @@ class LocalKernel(ABC):
 
     def __call__(self, a: KernelInput, b: KernelInput | None = None) -> KernelMatrices:
         """The molecular kernels (M1, M2) named by :attr:`outputs`, in the descriptors' dtype and device."""
-        d1 = self.descriptors(a)
-        d2 = None if b is None else self.descriptors(b)
-        v1 = self.compared(d1.values)
-        v2 = v1 if d2 is None else self.compared(d2.values)
+        d1 = self.prepare(self.descriptors(a))
+        d2 = None if b is None else self.prepare(self.descriptors(b))
+        v1 = d1.values
+        v2 = v1 if d2 is None else d2.values
 
         def block(i1: Tensor, i2: Tensor, diagonal: bool) -> tuple[Tensor, ...]:
-            return self.env_kernel(v1[i1], None if diagonal else v2[i2])
+            return self.env_kernel(atom_rows(v1, i1), None if diagonal else atom_rows(v2, i2))
 
         kernels = pair_sum(block, d1, d2, n_outputs=len(self.outputs), mirror=self.symmetric, pairing=self.pairing,
                            block_size=self.block_size, dtype=v1.dtype, device=v1.device)

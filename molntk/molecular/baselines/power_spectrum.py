@@ -34,31 +34,36 @@ from molntk.kernels.so3.wigner import coeff_slices
 from molntk.molecular.baselines.local import FeatureMapKernel
 from molntk.molecular.descriptors import AtomDescriptors
 
-#: Environments per chunk of the (chunk, C, C) Gram matrices.
-_CHUNK = 4096
+#: Environments per chunk of the (chunk, C, C) Gram matrices: small enough that a chunk's
+#: Gram matrix stays in cache while its upper triangle is copied out.
+_CHUNK = 256
 
 
 def power_spectrum(coeffs: Tensor, *, degree_scaling: bool = True) -> Tensor:
     """Unnormalised power spectra p (n, L · C(C+1)/2) of coefficients (n, C, L²) (module doc).
 
-    Computed in chunks of environments, so that the peak memory is about the output's.
+    Per chunk of environments and degree l, the Gram matrices Σ_m f̂^l_{c,m} f̂^l_{c',m}
+    (chunk, C, C) are formed and their upper triangles written, weighted, into the output:
+    the peak memory is the output's.
     """
     n, n_chan, n_coef = coeffs.shape
     band_limit = math.isqrt(n_coef)
     if band_limit**2 != n_coef:
         raise ValueError(f"coefficients must have L² entries per channel, got {n_coef}")
     rows, cols = torch.triu_indices(n_chan, n_chan, device=coeffs.device)
+    upper = rows * n_chan + cols  # the upper triangle in a flattened (C, C) Gram matrix
     pair_weight = torch.full(rows.shape, math.sqrt(2.0), dtype=coeffs.dtype, device=coeffs.device)
     pair_weight[rows == cols] = 1.0
-    scales = [1.0 / math.sqrt(2 * l + 1) if degree_scaling else 1.0 for l in range(band_limit)]
-    out = coeffs.new_empty(n, band_limit * rows.numel())
+    weights = [pair_weight / math.sqrt(2 * l + 1) if degree_scaling else pair_weight for l in range(band_limit)]
+    n_pairs = upper.numel()
+    out = coeffs.new_empty(n, band_limit * n_pairs)
     for start in range(0, n, _CHUNK):
         chunk = coeffs[start : start + _CHUNK]
-        parts = []
-        for scale, s in zip(scales, coeff_slices(band_limit), strict=True):
-            gram = chunk[..., s] @ chunk[..., s].transpose(1, 2)  # (chunk, C, C)
-            parts.append(scale * gram[:, rows, cols] * pair_weight)
-        out[start : start + len(chunk)] = torch.cat(parts, dim=1)
+        for l, s in enumerate(coeff_slices(band_limit)):
+            gram = torch.bmm(chunk[..., s], chunk[..., s].transpose(1, 2)).view(len(chunk), n_chan * n_chan)
+            part = out[start : start + len(chunk), l * n_pairs : (l + 1) * n_pairs]
+            part.copy_(gram.index_select(1, upper))
+            part.mul_(weights[l])
     return out
 
 

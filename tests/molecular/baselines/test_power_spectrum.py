@@ -12,7 +12,10 @@ import torch
 from molntk.data.molecule import Molecule
 from molntk.features.environments import environment_features
 from molntk.kernels.so3 import Dense, Lift, Nonlinearity, Pool, SO3Grid, serial
+from molntk.molecular import BlockKernelOf
 from molntk.molecular.baselines import PowerSpectrumKernel, power_spectrum
+from molntk.molecular.baselines.power_spectrum import _CHUNK
+from molntk.scale import SerialExecutor, kernel_matrices
 from tests.helpers.baselines import CONFIG, random_rotation, rotated
 
 
@@ -104,3 +107,38 @@ def test_kernel_from_spectra_formed_per_block_is_the_pair_sum_of_normalised_spec
     expected = incidence @ (((p @ p.T) ** 3) * same) @ incidence.T
     got = PowerSpectrumKernel(CONFIG, zeta=3, block_size=block_size)(molecules).kernel.numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=0)
+
+
+def test_power_spectra_over_several_chunks_equal_the_sum_over_m_by_numpy():
+    """p^l_{cc'} = Σ_m f̂^l_{c,m} f̂^l_{c',m} / √(2l+1) (√2 on c < c'), by numpy per degree,
+    for more environments than one chunk holds (the last chunk partial)."""
+    n, n_chan, band_limit = 2 * _CHUNK + 7, 5, 3
+    coeffs = torch.randn(n, n_chan, band_limit**2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    f = coeffs.numpy()
+    rows, cols = np.triu_indices(n_chan)
+    weight = np.where(rows == cols, 1.0, math.sqrt(2.0))
+    expected = np.concatenate([
+        np.einsum("ncm,ndm->ncd", f[..., l * l : (l + 1) ** 2], f[..., l * l : (l + 1) ** 2])[:, rows, cols] * weight / math.sqrt(2 * l + 1)
+        for l in range(band_limit)
+    ], axis=1)
+    np.testing.assert_allclose(power_spectrum(coeffs).numpy(), expected, rtol=1e-13, atol=1e-15)
+
+
+def test_block_kernel_forms_a_row_blocks_spectra_once_for_all_its_blocks(molecules, monkeypatch):
+    """Through the block engine the kernel equals the direct call; blocks taken row block by
+    row block (the engine's order) form a row block's spectra once for all the blocks of its
+    row, and a column block's each time: 2 row blocks × 3 column blocks, 2 + 6 preparations."""
+    kernel = PowerSpectrumKernel(CONFIG, zeta=2)
+    train, test = np.arange(6), np.arange(6, len(molecules))
+    K = kernel_matrices(BlockKernelOf(kernel, molecules), train, test, block_size=2, executor=SerialExecutor())
+    np.testing.assert_allclose(K["kernel_test"], kernel(molecules[6:], molecules[:6]).kernel.numpy(), rtol=1e-13, atol=0)
+
+    formed = []
+    compared = PowerSpectrumKernel.compared
+    monkeypatch.setattr(PowerSpectrumKernel, "compared", lambda self, values: formed.append(len(values)) or compared(self, values))
+    block_kernel = BlockKernelOf(kernel, molecules)
+    for rows in (test[:2], test[2:]):
+        for cols in np.split(train, 3):
+            np.testing.assert_allclose(block_kernel.compute_block(rows, cols)["kernel"],
+                                       K["kernel_test"][rows - 6][:, cols], rtol=1e-13, atol=0)
+    assert len(formed) == 2 + 6  # 12 if every block formed both sides' spectra

@@ -117,6 +117,7 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
         y_sel = np.stack([residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
         for name, candidates in build_candidates(config, reduce, sets.train_molecules[:n_select], sets.composition).items():
             best, rows = select_candidate(candidates, selection, y_sel, config, assembler)
+            selection.release()  # every candidate's feature maps or descriptors (GBs for a wide baseline grid)
             search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
             chosen = candidates[best]
             if exact_sizes:
@@ -145,6 +146,5 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
                 for target in targets:
                     records += sparse_records(config, sets, sparse, name, chosen, target, residual[target], predictions)
                 sparse.release()
-            for group in (selection, sets.molecules):
-                group.release()  # feature maps and descriptors: computed again by a model that needs them
+            sets.molecules.release()  # feature maps and descriptors: computed again by a model that needs them
     return records, search, predictions, kernel_seconds, models

@@ -9,9 +9,10 @@ the per-pair work so that it is done once per molecule set:
   :class:`~molntk.molecular.sets.InducingSet`, computed once;
 - ``kernel(a, b=None)`` → :class:`KernelMatrices` between descriptor sets (``b`` omitted:
   ``a`` with itself, a symmetric matrix);
-- ``prepare(descriptors)`` → descriptors readied once for a side that many calls share
-  (the same inducing atoms in every block of a sparse model): what a call would otherwise
-  make of them every time, or the descriptors themselves where it makes nothing;
+- ``prepare(descriptors)`` → descriptors readied once for a side that many calls share (a
+  row block of :class:`~molntk.molecular.blocks.BlockKernelOf`, in every block of its row):
+  what a call would otherwise make of them every time, or the descriptors themselves where
+  it makes nothing;
 - ``on(device)`` → a copy of the kernel that computes on ``device``;
 - ``settings()`` → everything that defines the kernel's values except the device (JSON-able:
   the cache-key material of :class:`~molntk.molecular.blocks.BlockKernelOf`);

@@ -42,7 +42,8 @@ class ComparedDescriptors(AtomDescriptors):
 
 
 def atom_rows(values: Tensor, index: Tensor) -> Tensor:
-    """values[index] for increasing atom indices: a view where they are consecutive."""
+    """values[index] for increasing, non-empty atom indices (a pair-sum block's): a view
+    where they are consecutive."""
     first, last = int(index[0]), int(index[-1])
     return values[first : last + 1] if last - first + 1 == len(index) else values[index]
 

@@ -78,7 +78,7 @@ def body_order_kernels(molecules: MoleculeSet, candidate: Candidate, band_limit:
     def block(i1: torch.Tensor, i2: torch.Tensor, diagonal: bool) -> list[torch.Tensor]:
         values = lift.cross(x[i1], x[i2], ctx)[..., :-1]  # k_ab(u_k), identity dropped
         scale = torch.sqrt(variance[i1][:, None] * variance[i2][None, :])
-        rho = values.div_(scale[..., None])
+        rho = values.div_(scale.clamp_min(torch.finfo(x.dtype).tiny)[..., None])  # ρ = 0 beside an empty environment
         outputs = [torch.ones_like(scale)]
         power = torch.ones_like(rho)
         for nu in range(1, nu_max + 1):
@@ -92,6 +92,7 @@ def body_order_kernels(molecules: MoleculeSet, candidate: Candidate, band_limit:
 
 
 def names(nu_max: int) -> list[str]:
+    """Labels of :func:`body_order_kernels`' outputs: K0, cos1, raw1, …"""
     return ["K0"] + [f"{family}{nu}" for nu in range(1, nu_max + 1) for family in ("cos", "raw")]
 
 
@@ -102,6 +103,7 @@ def loo_mae(K: np.ndarray, y: np.ndarray, grid: np.ndarray) -> tuple[float, floa
 
 
 def weighted(stack: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
+    """Σ_ν c_ν K_ν with c_ν = exp(log_weights[ν])."""
     return np.tensordot(np.exp(log_weights), stack, axes=1)
 
 

@@ -89,6 +89,9 @@ VARIANTS: dict[str, tuple[SO3ModelRecipe, int, str]] = {
     "growth16_3A_m8000_matched": (dataclasses.replace(BASE, features=features(radial=GaussianBasis(
         n=16, r_min=0.7, r_cut=3.0, width_growth=1.5))), 8000,
         "16 Gaussians to 3 Å with widths growing like e^{r/1.5 Å}, matched, m = 8,000 inducing environments"),
+    "growth16_3A_m12000_matched": (dataclasses.replace(BASE, features=features(radial=GaussianBasis(
+        n=16, r_min=0.7, r_cut=3.0, width_growth=1.5))), 12000,
+        "16 Gaussians to 3 Å with widths growing like e^{r/1.5 Å}, matched, m = 12,000 inducing environments"),
     "growth20_5A_scaling_matched": (dataclasses.replace(BASE, features=features(radial=GaussianBasis(
         n=20, r_min=0.7, r_cut=5.0, width_growth=1.5, scaling_r0=2.5, scaling_power=4.0))), 4000,
         "20 Gaussians to 5 Å, widths growing like e^{r/1.5 Å}, radial scaling 1/(1 + (r/2.5 Å)⁴), matched"),

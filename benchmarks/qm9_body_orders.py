@@ -20,8 +20,8 @@ the config's SO(3) NTK candidate ``--candidate`` under the same protocol:
 - ``loo``: leave-one-out MAE on all selection molecules (weights chosen on the same LOO);
 - ``held_out``: weights and λ by LOO on the first 70 %, MAE on the other 30 %.
 
-Kernel matrices are cached under ``--cache`` (keyed by config, candidate, L, B and ν_max:
-delete the folder after changing the config).
+Kernel matrices are cached under ``--cache`` (keyed by the config's name, a hash of the
+``--set`` overrides, the candidate, L, B and ν_max: delete the folder after editing the config).
 
     python benchmarks/qm9_body_orders.py --config configs/qm9_u0_scale.yaml --candidate 1 \\
         --lifts 3:6:5 4:7:4 --cache results/qm9_body_order_kernels
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -163,7 +164,8 @@ def main() -> None:
 
     config = TASKS.load(args.config, args.overrides)
     dtype, device = dtype_and_device(config)
-    tag = f"{Path(args.config).stem}-c{args.candidate}"
+    overrides = hashlib.sha1(" ".join(args.overrides).encode()).hexdigest()[:8] if args.overrides else "as-is"
+    tag = f"{Path(args.config).stem}-{overrides}-c{args.candidate}"
     with torch_threads(config.kernel.threads):
         sets = load_sets(config, "qm9pack", dtype, device)
         n = config.learning_curve.n_select
@@ -190,15 +192,15 @@ def main() -> None:
                              "lift": band_limit, "grid_band_limit": grid_band_limit, "kernel_seconds": seconds,
                              "members": [labels[i] for i in members]})
     date = datetime.date.today().isoformat()
-    records = [{"config": args.config, "candidate": candidate.label, "target": target, "n": n, "date": date, **row}
+    records = [{"config": args.config, "overrides": args.overrides, "candidate": candidate.label, "target": target, "n": n, "date": date, **row}
                for row in rows]
     print(f"{'kernel':34s} {'lift':>4s} {'LOO MAE':>8s} {'held-out':>8s}  weights c_ν / Σ c (meV; {n} selection molecules, {target})")
     for row in records:
         weights = " ".join(f"{w:.1e}" for w in row.get("weights", []))
         print(f"{row['kernel']:34s} {row.get('lift', '') or '':>4} {row['loo']:8.2f} {row['held_out']:8.2f}  {weights}")
     old = json.loads(args.json.read_text()) if args.json.exists() else []
-    keys = {(r["config"], r["candidate"], r["kernel"], r.get("lift")) for r in records}
-    kept = [r for r in old if (r["config"], r["candidate"], r["kernel"], r.get("lift")) not in keys]
+    key = lambda r: (r["config"], tuple(r.get("overrides", ())), r["candidate"], r["kernel"], r.get("lift"))
+    kept = [r for r in old if key(r) not in {key(r) for r in records}]
     atomic_write_text(args.json, json.dumps(kept + records, indent=1, ensure_ascii=False) + "\n")
 
 

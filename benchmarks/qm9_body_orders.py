@@ -6,7 +6,7 @@ pooled kernel. With the lift kernel of atoms a, b (σ_w = 1, σ_b = 0)
     k_ab(u) = 1/C · Σ_{l<L} ⟨M^l_ab, D^l(u)⟩,   ρ_ab(u) = k_ab(u) / √(k_aa(e) k_bb(e)),
 
 an activation's NNGP on unit-variance inputs is Σ_ν a_ν² ρ^ν (its Hermite expansion), so every
-such network kernel is a non-negative sum of the (ν + 1)-body kernels
+such network kernel (σ_b = 0, normalised environments) is a non-negative sum of the (ν + 1)-body kernels
 
     K_ν^cos(M, M') = Σ_{a∈M, b∈M', Z_a = Z_b} ∫ ρ_ab(u)^ν du,   K_ν^raw: the same with k_ab(u)^ν
 

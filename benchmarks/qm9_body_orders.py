@@ -14,7 +14,8 @@ such network kernel (σ_b = 0, normalised environments) is a non-negative sum of
 ν_max on the selection molecules of a ``qm9-property`` config (its first ``n_select``
 training molecules, the dressed-atom residual of its first target), as the pair sum of the
 lift's values on a Lebedev grid of band limit B (exact for ν (L − 1) ≤ 2B − 2), and chooses
-non-negative weights c_ν (Powell on log c_ν) and λ by the leave-one-out MAE. Beside them,
+non-negative weights c_ν (Powell on log c_ν) and λ by the leave-one-out MAE of the config's
+kernel ridge, as its candidate search scores a candidate. Beside them,
 the config's SO(3) NTK candidate ``--candidate`` under the same protocol:
 
 - ``loo``: leave-one-out MAE on all selection molecules (weights chosen on the same LOO);
@@ -50,12 +51,12 @@ from molntk.kernels.so3.lift import Lift
 from molntk.molecular import MoleculeSet
 from molntk.molecular.pair_sum import pair_sum
 from molntk.pipelines.qm9.candidates import Candidate, build_candidates, dtype_and_device
+from molntk.pipelines.qm9.config import QM9PropertyConfig
 from molntk.pipelines.qm9.evaluate import residual_targets
+from molntk.pipelines.qm9.exact import fit_kernel_ridge
 from molntk.pipelines.qm9.run import target_settings
 from molntk.pipelines.qm9.sets import load_sets
 from molntk.pipelines.tasks import TASKS
-from molntk.regression.selection import lambda_grid, select_regularizer
-from molntk.regression.spectral import eigensystem
 from molntk.scale import torch_threads
 from molntk.utils.files import atomic_write_text
 
@@ -97,10 +98,11 @@ def names(nu_max: int) -> list[str]:
     return ["K0"] + [f"{family}{nu}" for nu in range(1, nu_max + 1) for family in ("cos", "raw")]
 
 
-def loo_mae(K: np.ndarray, y: np.ndarray, grid: np.ndarray) -> tuple[float, float]:
-    """(leave-one-out MAE, chosen λ) of kernel ridge on K over λ = r · mean diag K, r in ``grid``."""
-    result = select_regularizer(eigensystem(K), y, criterion="loo", relative_grid=grid, loss="absolute")
-    return result.best_error, result.best_reg
+def loo_mae(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig) -> float:
+    """Leave-one-out MAE of the config's kernel ridge on K: its candidate search's score
+    (:func:`~molntk.pipelines.qm9.exact.fit_kernel_ridge`, λ by the config's CV)."""
+    model = fit_kernel_ridge(K, y, config, quadrature=True)
+    return model.cv_result_.best_error * float(np.mean(model.target_scale_))
 
 
 def weighted(stack: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
@@ -108,35 +110,34 @@ def weighted(stack: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
     return np.tensordot(np.exp(log_weights), stack, axes=1)
 
 
-def fit_weights(stack: np.ndarray, y: np.ndarray, grid: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+def fit_weights(stack: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, start: np.ndarray | None = None) -> np.ndarray:
     """log c_ν minimising the LOO MAE of Σ_ν c_ν K_ν (Powell from equal weights and from
     weights falling like e^{-ν}, or from ``start``)."""
-    loss = lambda log_c: loo_mae(weighted(stack, log_c), y, grid)[0]
+    loss = lambda log_c: loo_mae(weighted(stack, log_c), y, config)
     starts = [start] if start is not None else [np.zeros(len(stack)), -np.arange(len(stack), dtype=float)]
     best = min((minimize(loss, s, method="Powell", options={"maxfev": 400, "xtol": 0.05, "ftol": 1e-3}) for s in starts),
                key=lambda r: r.fun)
     return best.x
 
 
-def held_out_mae(K: np.ndarray, y: np.ndarray, grid: np.ndarray) -> float:
-    """MAE on the last 30 % of a kernel ridge whose λ the first 70 % chose by LOO."""
+def held_out_mae(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig) -> float:
+    """MAE on the last 30 % of the config's kernel ridge fitted (λ by its CV) on the first 70 %."""
     fit = np.arange(int(FIT_FRACTION * len(y)))
     rest = np.arange(len(fit), len(y))
-    _, reg = loo_mae(K[np.ix_(fit, fit)], y[fit], grid)
-    alpha = np.linalg.solve(K[np.ix_(fit, fit)] + reg * np.eye(len(fit)), y[fit])
-    return float(np.mean(np.abs(K[np.ix_(rest, fit)] @ alpha - y[rest])))
+    model = fit_kernel_ridge(K[np.ix_(fit, fit)], y[fit], config, quadrature=True)
+    return float(np.mean(np.abs(model.predict(K[np.ix_(rest, fit)]) - y[rest])))
 
 
-def score(name: str, stack: np.ndarray, y: np.ndarray, grid: np.ndarray) -> dict[str, Any]:
+def score(name: str, stack: np.ndarray, y: np.ndarray, config: QM9PropertyConfig) -> dict[str, Any]:
     """The CV-weighted sum of ``stack``: weights on all molecules (LOO) and on the first 70 %
     (held-out check); a single kernel is scored as it is."""
     if len(stack) == 1:
-        return {"kernel": name, "loo": loo_mae(stack[0], y, grid)[0], "held_out": held_out_mae(stack[0], y, grid)}
+        return {"kernel": name, "loo": loo_mae(stack[0], y, config), "held_out": held_out_mae(stack[0], y, config)}
     fit = np.arange(int(FIT_FRACTION * len(y)))
-    log_c_fit = fit_weights(stack[:, fit][:, :, fit], y[fit], grid)
-    log_c = fit_weights(stack, y, grid, start=log_c_fit)
-    return {"kernel": name, "loo": loo_mae(weighted(stack, log_c), y, grid)[0],
-            "held_out": held_out_mae(weighted(stack, log_c_fit), y, grid),
+    log_c_fit = fit_weights(stack[:, fit][:, :, fit], y[fit], config)
+    log_c = fit_weights(stack, y, config, start=log_c_fit)
+    return {"kernel": name, "loo": loo_mae(weighted(stack, log_c), y, config),
+            "held_out": held_out_mae(weighted(stack, log_c_fit), y, config),
             "weights": (np.exp(log_c) / np.exp(log_c).sum()).tolist()}
 
 
@@ -174,10 +175,9 @@ def main() -> None:
         y = residual_targets(sets, target, residual, n)
         molecules = MoleculeSet(sets.train_molecules[:n], dtype, device)
         candidate = build_candidates(config, reduce, sets.train_molecules[:n], sets.composition)["so3-ntk"][args.candidate]
-        grid = lambda_grid(config.regression.psd_rtol, quadrature=True)
         reference, seconds = cached(args.cache / f"{tag}-ntk.npy",
                                     lambda: candidate.kernel(molecules)[candidate.matrix].cpu().numpy())
-        rows = [{**score("candidate NTK", reference[None], y, grid), "kernel_seconds": seconds}]
+        rows = [{**score("candidate NTK", reference[None], y, config), "kernel_seconds": seconds}]
         for spec in args.lifts:
             band_limit, grid_band_limit, nu_max = (int(v) for v in spec.split(":"))
             stack, seconds = cached(args.cache / f"{tag}-L{band_limit}-B{grid_band_limit}-nu{nu_max}.npy",
@@ -185,10 +185,10 @@ def main() -> None:
             stack = stack / np.einsum("kii->k", stack)[:, None, None] * n  # unit mean diagonal each
             labels = names(nu_max)
             for i, label in enumerate(labels):
-                rows.append({**score(label, stack[i:i + 1], y, grid), "lift": band_limit})
+                rows.append({**score(label, stack[i:i + 1], y, config), "lift": band_limit})
             for family in ("cos", "raw"):
                 members = [0] + [i for i, label in enumerate(labels) if label.startswith(family)]
-                rows.append({**score(f"Σ c_ν K_ν^{family}, ν ≤ {nu_max}", stack[members], y, grid),
+                rows.append({**score(f"Σ c_ν K_ν^{family}, ν ≤ {nu_max}", stack[members], y, config),
                              "lift": band_limit, "grid_band_limit": grid_band_limit, "kernel_seconds": seconds,
                              "members": [labels[i] for i in members]})
     date = datetime.date.today().isoformat()
@@ -200,7 +200,8 @@ def main() -> None:
         print(f"{row['kernel']:34s} {row.get('lift', '') or '':>4} {row['loo']:8.2f} {row['held_out']:8.2f}  {weights}")
     old = json.loads(args.json.read_text()) if args.json.exists() else []
     key = lambda r: (r["config"], tuple(r.get("overrides", ())), r["candidate"], r["kernel"], r.get("lift"))
-    kept = [r for r in old if key(r) not in {key(r) for r in records}]
+    new = {key(r) for r in records}
+    kept = [r for r in old if key(r) not in new]
     atomic_write_text(args.json, json.dumps(kept + records, indent=1, ensure_ascii=False) + "\n")
 
 

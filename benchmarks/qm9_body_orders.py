@@ -93,6 +93,24 @@ def body_order_kernels(molecules: MoleculeSet, candidate: Candidate, band_limit:
     return torch.stack(sums).cpu().numpy()
 
 
+def overrides_tag(overrides: list[str]) -> str:
+    """A short hash of the ``--set`` overrides ("as-is" without any), for cache keys."""
+    return hashlib.sha1(" ".join(overrides).encode()).hexdigest()[:8] if overrides else "as-is"
+
+
+def selection_problem(config: QM9PropertyConfig) -> tuple[str, np.ndarray, MoleculeSet, list[Candidate]]:
+    """The config's candidate-search problem: its first target, the dressed-atom residual y of
+    its first ``n_select`` training molecules, those molecules, and its SO(3) NTK candidates."""
+    dtype, device = dtype_and_device(config)
+    sets = load_sets(config, "qm9pack", dtype, device)
+    n = config.learning_curve.n_select
+    target = config.targets[0]
+    reduce, residual = target_settings(config, target)
+    y = residual_targets(sets, target, residual, n)
+    molecules = MoleculeSet(sets.train_molecules[:n], dtype, device)
+    return target, y, molecules, build_candidates(config, reduce, sets.train_molecules[:n], sets.composition)["so3-ntk"]
+
+
 def names(nu_max: int) -> list[str]:
     """Labels of :func:`body_order_kernels`' outputs: K0, cos1, raw1, …"""
     return ["K0"] + [f"{family}{nu}" for nu in range(1, nu_max + 1) for family in ("cos", "raw")]
@@ -164,17 +182,11 @@ def main() -> None:
     args = parser.parse_args()
 
     config = TASKS.load(args.config, args.overrides)
-    dtype, device = dtype_and_device(config)
-    overrides = hashlib.sha1(" ".join(args.overrides).encode()).hexdigest()[:8] if args.overrides else "as-is"
-    tag = f"{Path(args.config).stem}-{overrides}-c{args.candidate}"
+    tag = f"{Path(args.config).stem}-{overrides_tag(args.overrides)}-c{args.candidate}"
     with torch_threads(config.kernel.threads):
-        sets = load_sets(config, "qm9pack", dtype, device)
-        n = config.learning_curve.n_select
-        target = config.targets[0]
-        reduce, residual = target_settings(config, target)
-        y = residual_targets(sets, target, residual, n)
-        molecules = MoleculeSet(sets.train_molecules[:n], dtype, device)
-        candidate = build_candidates(config, reduce, sets.train_molecules[:n], sets.composition)["so3-ntk"][args.candidate]
+        target, y, molecules, candidates = selection_problem(config)
+        candidate = candidates[args.candidate]
+        n = len(y)
         reference, seconds = cached(args.cache / f"{tag}-ntk.npy",
                                     lambda: candidate.kernel(molecules)[candidate.matrix].cpu().numpy())
         rows = [{**score("candidate NTK", reference[None], y, config), "kernel_seconds": seconds}]

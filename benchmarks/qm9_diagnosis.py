@@ -94,17 +94,17 @@ VARIANTS: dict[str, tuple[SO3ModelRecipe, int, str]] = {
     "growth16_3A_m12000_matched": (dataclasses.replace(BASE, features=features(radial=GROWTH16)), 12000,
         "16 Gaussians to 3 Å with widths growing like e^{r/1.5 Å}, matched, m = 12,000 inducing environments"),
     "growth16_3A_grid6_matched": (dataclasses.replace(BASE, grid_band_limit=6, features=features(radial=GROWTH16)), 4000,
-        "16 Gaussians to 3 Å with widths growing like e^{r/1.5 Å}, matched (σ_w 2.853), Lebedev grid of band limit 6"),
+        "16 Gaussians to 3 Å with widths growing like e^{r/1.5 Å}, matched, Lebedev grid of band limit 6"),
     "growth16_3A_erf_w5.7_grid6": (dataclasses.replace(BASE, sigma_w=5.7, grid_band_limit=6, features=features(radial=GROWTH16)),
         4000, "16 width-growth Gaussians to 3 Å, σ_w 5.7 (pre-activation variance 4× matched), Lebedev grid of band limit 6"),
     "growth16_3A_exp_w5.7": (dataclasses.replace(BASE, layers="lift:3 exp pool dense", sigma_w=5.7, features=features(radial=GROWTH16)),
         4000, "16 width-growth Gaussians to 3 Å, exp activation (body orders weighted c^ν/ν!), σ_w 5.7"),
     "growth16_3A_smear0_matched": (dataclasses.replace(BASE, features=features(radial=GROWTH16, smearing_width=0.0)), 4000,
-        "16 width-growth Gaussians to 3 Å, no angular smearing (σ 0 instead of 0.3 rad), matched (σ_w 2.442)"),
+        "16 width-growth Gaussians to 3 Å, no angular smearing (σ 0 instead of 0.3 rad), matched"),
     "growth16_3A_lift4_smear0_grid7_matched": (dataclasses.replace(
         BASE, layers="lift:4 erf pool dense", grid_band_limit=7, features=features(radial=GROWTH16, smearing_width=0.0)), 4000,
         "16 width-growth Gaussians to 3 Å, no angular smearing, lift band limit l < 4 (the Wigner kernel's λ_max = 3), "
-        "Lebedev grid of band limit 7, matched (σ_w 1.77)"),
+        "Lebedev grid of band limit 7, matched"),
     "growth20_5A_scaling_matched": (dataclasses.replace(BASE, features=features(radial=GaussianBasis(
         n=20, r_min=0.7, r_cut=5.0, width_growth=1.5, scaling_r0=2.5, scaling_power=4.0))), 4000,
         "20 Gaussians to 5 Å, widths growing like e^{r/1.5 Å}, radial scaling 1/(1 + (r/2.5 Å)⁴), matched"),

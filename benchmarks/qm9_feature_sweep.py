@@ -1,8 +1,8 @@
 """Which feature maps does the SO(3) NTK need on QM9 at N = 1,000? (issue "accuracy at scale", diagnosis (b))
 
-One feature setting (or the lift's band limit) of the scale config's chosen SO(3) NTK candidate (``--candidate``: by
-default `lift:3 erf pool dense`, 16 width-growth Gaussians from 0.7 to 3 Å, angular
-smearing 0.3 rad) changed at a time, in sweeps:
+One feature setting (or the lift's band limit) of the scale config's chosen SO(3) NTK
+candidate (``--candidate``: by default `lift:3 erf pool dense`, 16 width-growth Gaussians
+from 0.7 to 3 Å, angular smearing 0.3 rad) changed at a time, in sweeps:
 
 - ``radial``: n Gaussians with widths growing like e^{r/ℓ}, (n, ℓ) from (12, 1.5 Å) to (32, 1.5 Å);
 - ``cutoff``: r_cut 2, 2.5, 3.5 and 4 Å, the Gaussians' growth step kept (n from the step);
@@ -12,9 +12,10 @@ smearing 0.3 rad) changed at a time, in sweeps:
   (``--set kernel.grid_band_limit=7``, which the reference row then uses too).
 
 Every changed candidate has σ_w *matched*: rescaled to keep the lift's input-dependent
-pre-activation variance σ_w² · mean ‖f‖²_{l<3} / C of the main job's model (the rule of
-``qm9_diagnosis.py``; otherwise a feature change would also change how nonlinear the erf is,
-i.e. the body-order weights). Each kernel is the exact molecular kernel on the config's
+pre-activation variance σ_w² · mean ‖f‖²_{l<L} / C (L the lift's band limit) of the main
+job's model, ``qm9_diagnosis.py``'s ``preactivation_scale`` on every 500th of QM9's first
+100,000 molecules (otherwise a feature change would also change how nonlinear the erf is,
+i.e. the body-order weights); the reference row keeps the config's σ_w. Each kernel is the exact molecular kernel on the config's
 selection molecules (its first ``n_select`` training molecules, dressed-atom residual of
 its first target), scored as the config's candidate search scores it:
 

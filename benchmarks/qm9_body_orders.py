@@ -35,14 +35,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
-import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from benchmark_files import cached, merge_records
 from scipy.optimize import minimize
 
 from molntk.kernels.so3.context import Discretisation
@@ -58,7 +56,6 @@ from molntk.pipelines.qm9.run import target_settings
 from molntk.pipelines.qm9.sets import load_sets
 from molntk.pipelines.tasks import TASKS
 from molntk.scale import torch_threads
-from molntk.utils.files import atomic_write_text
 
 RESULTS = Path(__file__).parent / "results" / "qm9_body_orders.json"
 #: Fraction of the selection molecules that chooses weights and λ in the held-out check.
@@ -159,18 +156,6 @@ def score(name: str, stack: np.ndarray, y: np.ndarray, config: QM9PropertyConfig
             "weights": (np.exp(log_c) / np.exp(log_c).sum()).tolist()}
 
 
-def cached(path: Path, compute: Callable[[], np.ndarray]) -> tuple[np.ndarray, float | None]:
-    """The array at ``path``, else ``compute()`` saved there; and the seconds it took (None: read)."""
-    if path.exists():
-        return np.load(path), None
-    start = time.perf_counter()
-    value = compute()
-    seconds = time.perf_counter() - start
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, value)
-    return value, seconds
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/qm9_u0_scale.yaml")
@@ -210,11 +195,8 @@ def main() -> None:
     for row in records:
         weights = " ".join(f"{w:.1e}" for w in row.get("weights", []))
         print(f"{row['kernel']:34s} {row.get('lift', '') or '':>4} {row['loo']:8.2f} {row['held_out']:8.2f}  {weights}")
-    old = json.loads(args.json.read_text()) if args.json.exists() else []
-    key = lambda r: (r["config"], tuple(r.get("overrides", ())), r["candidate"], r["kernel"], r.get("lift"))
-    new = {key(r) for r in records}
-    kept = [r for r in old if key(r) not in new]
-    atomic_write_text(args.json, json.dumps(kept + records, indent=1, ensure_ascii=False) + "\n")
+    merge_records(args.json, records, lambda r: (r["config"], tuple(r.get("overrides", ())), r["candidate"], r["kernel"],
+                                                 r.get("lift")))
 
 
 if __name__ == "__main__":

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchmark_files import merge_records
 
 from molntk.data.qm9 import load_qm9
 from molntk.data.splits import standard_split
@@ -44,7 +44,6 @@ from molntk.pipelines.qm9.sets import rotated_copies
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.selection import lambda_grid
 from molntk.regression.sparse import SparseKernelRegressor
-from molntk.utils.files import atomic_write_text
 
 RESULTS = Path(__file__).parent / "results" / "qm9_diagnosis.json"
 BASE = SO3ModelRecipe()
@@ -250,12 +249,9 @@ def main() -> None:
 
 
 def save(path: Path, new: list[dict[str, Any]]) -> None:
-    """Merge ``new`` into the records at ``path`` (replacing those of the same variant,
-    regression setting and N; read just before writing, so runs side by side keep each other's)."""
-    keys = {(r["variant"], r["regression"], r["n_train"]) for r in new}
-    records = json.loads(path.read_text()) if path.exists() else []
-    kept = [r for r in records if (r["variant"], r["regression"], r["n_train"]) not in keys]
-    atomic_write_text(path, json.dumps(kept + new, indent=1))
+    """Merge ``new`` into the records at ``path``, replacing those of the same variant,
+    regression setting and N."""
+    merge_records(path, new, lambda r: (r["variant"], r["regression"], r["n_train"]))
 
 
 if __name__ == "__main__":

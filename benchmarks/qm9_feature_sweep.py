@@ -42,14 +42,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from qm9_body_orders import cached, held_out_mae, loo_mae, overrides_tag, selection_problem
+from benchmark_files import cached, merge_records
+from qm9_body_orders import held_out_mae, loo_mae, overrides_tag, selection_problem
 from qm9_diagnosis import BASE, preactivation_scale
 
 from molntk.data.qm9 import load_qm9
 from molntk.features.radial import radial_basis_from_dict
 from molntk.pipelines.tasks import TASKS
 from molntk.scale import torch_threads
-from molntk.utils.files import atomic_write_text
 
 RESULTS = Path(__file__).parent / "results" / "qm9_feature_sweep.json"
 #: QM9 molecules (every 500th of the first 100,000) on which σ_w is matched.
@@ -84,12 +84,13 @@ def sweep_changes(sweep: str, radial: dict[str, Any]) -> list[dict[str, Any]]:
 SWEEPS = ("radial", "cutoff", "smearing", "lift")
 
 
-def matched_sigma_w(change: dict[str, Any], smearing_width: float, molecules: list) -> float:
-    """σ_w of the changed feature maps (and lift) with the main job's pre-activation variance (3 decimals)."""
+def matched_sigma_w(change: dict[str, Any], smearing_width: float, molecules: list, base_scale: float) -> float:
+    """σ_w of the changed feature maps (and lift) with the main job's pre-activation variance
+    (3 decimals); ``base_scale``: the main job's :func:`preactivation_scale` on ``molecules``."""
     features = dataclasses.replace(BASE.features, radial=radial_basis_from_dict(change["radial"]),
                                    smearing_width=change.get("smearing_width", smearing_width))
     changed = dataclasses.replace(BASE, features=features, layers=change.get("layers", BASE.layers))
-    ratio = preactivation_scale(BASE, molecules) / preactivation_scale(changed, molecules)
+    ratio = base_scale / preactivation_scale(changed, molecules)
     return round(BASE.sigma_w * ratio**0.5, 3)
 
 
@@ -107,11 +108,12 @@ def main() -> None:
     reference = config.models.so3_ntk.candidates[args.candidate]
     smearing_width = reference.smearing_width if reference.smearing_width is not None else config.features.smearing_width
     match_molecules = load_qm9().molecules(MATCH_MOLECULES)
+    base_scale = preactivation_scale(BASE, match_molecules)
     rows: list[tuple[str, dict[str, Any]]] = [("reference", reference.model_dump())]
     for sweep in args.sweeps:
         for change in sweep_changes(sweep, reference.radial):
             change = {"radial": reference.radial, **change}
-            params = {**reference.model_dump(), **change, "sigma_w": matched_sigma_w(change, smearing_width, match_molecules)}
+            params = {**reference.model_dump(), **change, "sigma_w": matched_sigma_w(change, smearing_width, match_molecules, base_scale)}
             rows.append((sweep, params))
     candidates = config.models.so3_ntk.model_copy(update={"candidates": [type(reference)(**p) for _, p in rows]})
     config = config.model_copy(update={"models": config.models.model_copy(update={"so3_ntk": candidates})})
@@ -131,11 +133,7 @@ def main() -> None:
     print(f"{'sweep':9s} {'σ_w':>6s} {'LOO MAE':>8s} {'held-out':>8s}  candidate (meV; {n} selection molecules, {target})")
     for row in records:
         print(f"{row['sweep']:9s} {row['params']['sigma_w']:6.3f} {row['loo']:8.2f} {row['held_out']:8.2f}  {row['candidate']}")
-    old = json.loads(args.json.read_text()) if args.json.exists() else []
-    key = lambda r: (r["config"], tuple(r.get("overrides", ())), r["candidate"])
-    new = {key(r) for r in records}
-    kept = [r for r in old if key(r) not in new]
-    atomic_write_text(args.json, json.dumps(kept + records, indent=1, ensure_ascii=False) + "\n")
+    merge_records(args.json, records, lambda r: (r["config"], tuple(r.get("overrides", ())), r["candidate"]))
 
 
 if __name__ == "__main__":

@@ -21,18 +21,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
-import time
 from pathlib import Path
 
 import numpy as np
+from benchmark_files import cached, merge_records
 from qm9_diagnosis import VARIANTS, matched
 
 from molntk.data.qm9 import load_qm9
 from molntk.data.splits import standard_split
 from molntk.features.environments import environment_features
 from molntk.features.inducing import environments_as_molecules, inducing_environments
-from molntk.utils.files import atomic_write_text
 
 RESULTS = Path(__file__).parent / "results" / "qm9_inducing_spectrum.json"
 #: Rank cuts r (eigenvalues kept above r · s_max).
@@ -55,15 +53,9 @@ def main() -> None:
     inducing = environments_as_molecules(features, inducing_environments(features, m, method="fps"))
     matrices, seconds = {}, {}
     for band in args.grids:
-        path = args.cache / f"{args.variant}-n{args.n_train}-B{band}.npy"
-        if path.exists():
-            matrices[band], seconds[band] = np.load(path), None
-            continue
-        start = time.perf_counter()
-        matrices[band] = dataclasses.replace(recipe, grid_band_limit=band).molecular_kernel()(inducing).ntk.numpy()
-        seconds[band] = time.perf_counter() - start
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, matrices[band])
+        matrices[band], seconds[band] = cached(
+            args.cache / f"{args.variant}-n{args.n_train}-B{band}.npy",
+            lambda b=band: dataclasses.replace(recipe, grid_band_limit=b).molecular_kernel()(inducing).ntk.numpy())
     finest = matrices[max(args.grids)]
     records = []
     for band in args.grids:
@@ -83,10 +75,7 @@ def main() -> None:
     for r in records:
         print(f"{r['grid_band_limit']:4d} " + " ".join(f"{v:14d}" for v in r["kept"].values())
               + f" {r['most_negative']:12.1e} {r['difference_from_finest']:9.1e}")
-    old = json.loads(args.json.read_text()) if args.json.exists() else []
-    key = lambda r: (r["variant"], r["n_train"], r["grid_band_limit"])
-    new = {key(r) for r in records}
-    atomic_write_text(args.json, json.dumps([r for r in old if key(r) not in new] + records, indent=1) + "\n")
+    merge_records(args.json, records, lambda r: (r["variant"], r["n_train"], r["grid_band_limit"]))
 
 
 if __name__ == "__main__":

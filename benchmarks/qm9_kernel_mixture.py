@@ -30,11 +30,11 @@ benchmarks/results/qm9_kernel_mixture.json (replacing those of the same pair, N,
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchmark_files import merge_records
 from qm9_diagnosis import BASE, REGRESSION, kernels, matched
 
 from molntk.data.qm9 import load_qm9
@@ -42,7 +42,6 @@ from molntk.data.splits import standard_split
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.selection import lambda_grid
 from molntk.regression.sparse import SparseKernelRegressor
-from molntk.utils.files import atomic_write_text
 
 RESULTS = Path(__file__).parent / "results" / "qm9_kernel_mixture.json"
 WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -126,11 +125,7 @@ def main() -> None:
 def save(path: Path, new: list[dict[str, Any]]) -> None:
     """Merge ``new`` into the records at ``path``, replacing those of the same pair, N, criterion and c
     (records written before the criterion was recorded scored mean squared residuals)."""
-    def key(r: dict[str, Any]) -> tuple:
-        return r["pair"], r["n_train"], r.get("criterion", "mse"), r["weight_b"]
-    keys = {key(r) for r in new}
-    kept = [r for r in (json.loads(path.read_text()) if path.exists() else []) if key(r) not in keys]
-    atomic_write_text(path, json.dumps(kept + new, indent=1))
+    merge_records(path, new, lambda r: (r["pair"], r["n_train"], r.get("criterion", "mse"), r["weight_b"]))
 
 
 if __name__ == "__main__":

@@ -56,11 +56,6 @@ RESULTS = Path(__file__).parent / "results" / "qm9_feature_sweep.json"
 MATCH_MOLECULES = range(0, 100_000, 500)
 
 
-def growth_step(radial: dict[str, Any]) -> float:
-    """Δt of a width-growth basis: its centres are evenly spaced in t(r) = 1 − e^{−(r − r_min)/ℓ}."""
-    return -np.expm1(-(radial["r_cut"] - radial["r_min"]) / radial["width_growth"]) / (radial["n"] - 1)
-
-
 def sweep_changes(sweep: str, radial: dict[str, Any]) -> list[dict[str, Any]]:
     """The feature changes of ``sweep`` from the reference candidate's ``radial`` basis (each a
     dict of SO(3) candidate fields: ``radial`` and/or ``smearing_width``)."""
@@ -68,7 +63,7 @@ def sweep_changes(sweep: str, radial: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"radial": {**radial, "n": n, "width_growth": ell}}
                 for n, ell in [(12, 1.5), (16, 1.0), (16, 2.0), (24, 1.5), (32, 1.5)]]
     if sweep == "cutoff":
-        step = growth_step(radial)
+        step = radial_basis_from_dict(radial).growth_step
         out = []
         for r_cut in (2.0, 2.5, 3.5, 4.0):
             t = -np.expm1(-(r_cut - radial["r_min"]) / radial["width_growth"])

@@ -122,10 +122,10 @@ class GaussianBasis:
         """μ_k in [r_min, r_cut] (shape (n,)): evenly spaced, or evenly in 1 − e^{−(r − r_min)/ℓ}."""
         if self.width_growth is None:
             return np.linspace(self.r_min, self.r_cut, self.n)
-        return self.r_min - self.width_growth * np.log1p(-np.arange(self.n) * self._growth_step)
+        return self.r_min - self.width_growth * np.log1p(-np.arange(self.n) * self.growth_step)
 
     @property
-    def _growth_step(self) -> float:
+    def growth_step(self) -> float:
         """Δt = (1 − e^{−(r_cut − r_min)/ℓ}) / (n − 1), the even step in t(r) = 1 − e^{−(r − r_min)/ℓ}."""
         return -np.expm1(-(self.r_cut - self.r_min) / self.width_growth) / max(self.n - 1, 1)
 
@@ -135,7 +135,7 @@ class GaussianBasis:
         if self.width is not None:
             return self.width
         if self.width_growth is not None:
-            return self.width_growth * self._growth_step * np.exp((self.centres - self.r_min) / self.width_growth)
+            return self.width_growth * self.growth_step * np.exp((self.centres - self.r_min) / self.width_growth)
         return (self.r_cut - self.r_min) / max(self.n - 1, 1)
 
     def __call__(self, r: Tensor, z_centre: Tensor, z_neighbour: Tensor) -> Tensor:

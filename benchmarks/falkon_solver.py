@@ -17,7 +17,9 @@ each molecule, cheap): ``sparse`` (``SparseKernelRegressor``: eigh of K_mm, thin
 n × r features) and ``FalkonRegressor`` (float64, tol 1e-8, CPU, at most ``--max-iter``
 iterations) with its default preconditioner (``falkon``: s = 2m sampled rows), Falkon's
 T Tᵀ with c = n/m (``falkon-subsample``) and, when asked for, with the Frobenius c
-(``falkon-frobenius``; it converges like ``falkon-subsample`` at small λ).
+(``falkon-frobenius``; it converges like ``falkon-subsample`` at small λ), and the sparse
+regressor with the Cholesky factor of the jittered K_mm instead of its eigendecomposition
+(``sparse-cholesky``).
 Reported per row: fit seconds, the extra peak RSS over the inputs held in memory
 (``ru_maxrss`` minus the RSS after loading them), PCG iterations, test RMSE, and the largest
 difference of the predictions from the sparse regressor's, relative to the spread of its
@@ -26,6 +28,7 @@ predictions: max|p − p_S| / max|p_S − mean(y)|.
     python benchmarks/falkon_solver.py                                # n 5000 20000 × m 2000 5000
     python benchmarks/falkon_solver.py --n 5000 --m 2000 --solvers sparse falkon-frobenius
     python benchmarks/falkon_solver.py --n 20000 --m 20000 --solvers falkon   # m = 20,000: Falkon only
+    python benchmarks/falkon_solver.py --n 5000 --m 2000 5000 10000 --solvers sparse sparse-cholesky
 
 Writes benchmarks/results/falkon_solver.json; rows of an existing file with another
 (n, m, solver, λ) are kept, so runs add up.
@@ -51,7 +54,7 @@ import torch
 from molntk.regression import FalkonRegressor, SparseKernelRegressor
 
 RESULTS = Path(__file__).resolve().parent / "results" / "falkon_solver.json"
-SOLVERS = ("sparse", "falkon", "falkon-subsample", "falkon-frobenius")
+SOLVERS = ("sparse", "falkon", "falkon-subsample", "falkon-frobenius", "sparse-cholesky")
 PRECONDITIONERS = {"falkon": "sampled-rows", "falkon-subsample": "subsample", "falkon-frobenius": "frobenius"}
 ELEMENTS = np.array([1, 6, 7, 8, 9])
 FREQUENCIES = np.array([0.51, 0.35, 0.055, 0.08, 0.005])
@@ -129,8 +132,8 @@ def run_row(spec: dict) -> dict:
     K_nm, K_mm, K_tm, Y = (np.load(folder / f"{name}.npy") for name in ("K_nm", "K_mm", "K_tm", "Y"))
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     solver = spec["solver"]
-    if solver == "sparse":
-        model = SparseKernelRegressor(reg=spec["reg"])
+    if solver.startswith("sparse"):
+        model = SparseKernelRegressor(reg=spec["reg"], factorisation="cholesky" if solver == "sparse-cholesky" else "eigh")
     else:
         model = FalkonRegressor(reg=spec["reg"], preconditioner=PRECONDITIONERS[solver], max_iter=spec["max_iter"])
     start = time.perf_counter()

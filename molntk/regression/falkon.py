@@ -98,6 +98,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from molntk.errors import InputError
 from molntk.regression import validation
 from molntk.regression.inducing import InducingWeights
+from molntk.regression.nystrom import MAX_JITTER, jittered_cholesky
 from molntk.regression.scaling import TargetScaler
 from molntk.regression.selection import CVResult, check_loss, checked_relative_grid, residual_loss
 from molntk.scale.devices import resolve_device
@@ -109,8 +110,6 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32}
 DIAG_SAMPLE_ROWS = 1000
 #: Entries of K_nm per row block when ``block_size`` is None (16 MiB of float64).
 BLOCK_ENTRIES = 1 << 21
-#: Largest relative jitter tried before K_mm is declared not positive semi-definite.
-MAX_JITTER = 1e-2
 #: Share of a CUDA device's free memory that K_nm may take to be moved there once (fit).
 RESIDENT_FRACTION = 0.5
 
@@ -291,7 +290,7 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
     column at which PCG stops; ``max_iter``: at most this many iterations per solve
     (:class:`FalkonConvergenceWarning` otherwise). ``jitter``: K_j = K_mm + j·I,
     j = ``jitter`` × mean(diag K_mm), raised ×10 until the Cholesky factorisation succeeds
-    (up to :data:`MAX_JITTER`). ``preconditioner``: the estimate c C₀ of GᵀG in
+    (up to :data:`~molntk.regression.nystrom.MAX_JITTER`). ``preconditioner``: the estimate c C₀ of GᵀG in
     AᵀA = c C₀ + λI, ``"sampled-rows"`` (from ``preconditioner_rows`` training rows drawn by
     ``seed``; None: min(n, 2m)), ``"frobenius"`` or ``"subsample"`` (module docstring).
     ``block_size``: rows of K_nm per block (None: :data:`BLOCK_ENTRIES` / m). ``device``:
@@ -385,7 +384,7 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         Z = torch.as_tensor(scaler.transform(Y2), device=device, dtype=dtype)
         every = KernelRows(K_nm, None, self.block_size or max(1, BLOCK_ENTRIES // m), device, dtype)
         squares = _row_squares(every)
-        T, jitter = _jittered_cholesky(K_mm_host, self.jitter, device, dtype)
+        T, jitter = jittered_cholesky(K_mm_host, self.jitter, device, dtype)
         mean_diag = _mean_nystrom_diagonal(every, T, self.seed)
         if mean_diag <= 0:
             raise InputError("K_nm", "K̃ = K_nm K_mm⁻¹ K_mn has a zero diagonal; cannot scale the λ grid")
@@ -550,31 +549,6 @@ def _row_squares(rows: KernelRows) -> np.ndarray:
             raise InputError("K_nm", f"contains a non-finite value ({float(block[i, j])}) at index {index}")
         squares.append((block.double() ** 2).sum(dim=1).cpu().numpy())
     return np.concatenate(squares)
-
-
-def _jittered_cholesky(
-    K_mm: np.ndarray, jitter: float, device: torch.device, dtype: torch.dtype
-) -> tuple[torch.Tensor, float]:
-    """Upper T with TᵀT = K_mm + j·mean(diag K_mm)·I for the first j of jitter, 10·jitter, …
-    ≤ :data:`MAX_JITTER` at which the Cholesky factorisation succeeds, factored in place on
-    the device; (T, j). InputError naming ``K_mm`` when none does."""
-    mean_diag = float(np.mean(np.diag(K_mm)))
-    if mean_diag <= 0:
-        raise InputError("K_mm", f"has mean diagonal {mean_diag:.3g}: the inducing points carry no kernel")
-    info = torch.empty((), dtype=torch.int32, device=device)
-    relative = jitter
-    while relative <= MAX_JITTER * (1 + 1e-9):
-        T = torch.tensor(K_mm, device=device, dtype=dtype)
-        T.diagonal().add_(relative * mean_diag)
-        torch.linalg.cholesky_ex(T, upper=True, out=(T, info))
-        if int(info) == 0:
-            return T, relative
-        relative *= 10.0
-    raise InputError(
-        "K_mm",
-        f"is not positive semi-definite: the Cholesky factorisation of K_mm + j·mean(diag K_mm)·I fails in {dtype} "
-        f"for every j from {jitter:g} to {MAX_JITTER:g}",
-    )
 
 
 def _add_sampled_gram(every: KernelRows, T: torch.Tensor, rows: np.ndarray, gram: torch.Tensor) -> torch.Tensor:

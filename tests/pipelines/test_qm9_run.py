@@ -291,23 +291,26 @@ def test_sparse_solver_falkon_reports_its_iterations_beside_the_nystrom_solver(t
     eigenvalue count, which the Nyström SVD reports), and on the same kernels its test MAE is
     within 25 % of the SVD solver's: λ is chosen on 5 held-out molecules instead of by LOO on
     24, so the two models differ by their λ, not by the solve (measured: 696 against 814 meV,
-    15 % apart; the solves themselves agree to 1e-8 at equal λ, tests/regression/test_falkon.py)."""
+    15 % apart; the solves themselves agree to 1e-8 at equal λ, tests/regression/test_falkon.py).
+    ``sparse.factorisation: cholesky`` factors K_mm + j·mean diag·I instead of cutting its
+    eigenvalues: the same λ by LOO and the same MAE to 2e-6 (the jitter 1e-10 · mean diag
+    changes K̃ at that relative order, amplified at most by cond(K̃ + λI) ≈ 2e4; measured 3e-9)."""
     config = tmp_path / "falkon.yaml"
     config.write_text(SMALL + "sparse: {models: [power_spectrum], environments: 60, selection: fps}\n")
-    maes = {}
-    for solver in ("nystrom", "falkon"):
-        result = CliRunner().invoke(app, ["run", str(config), "--json", "--set", f"output={tmp_path / solver}",
-                                          "--set", f"sparse.solver={solver}"])
+    records = {}
+    for solver, factorisation in (("nystrom", "eigh"), ("nystrom", "cholesky"), ("falkon", "eigh")):
+        result = CliRunner().invoke(app, ["run", str(config), "--json", "--set", f"output={tmp_path / solver / factorisation}",
+                                          "--set", f"sparse.solver={solver}", "--set", f"sparse.factorisation={factorisation}"])
         assert result.exit_code == 0, result.output
-        record = next(r for r in json.loads(result.stdout)["result"]["records"]
-                      if r["model"] == "power-spectrum-sparse" and r["n_train"] == 24)
-        maes[solver] = record["mae"]
-        if solver == "falkon":
-            assert record["solver"] == "falkon" and record["iterations"] >= 1 and record["jitter"] > 0
-            assert "condition_number" not in record and "eigenvalues_clipped" not in record
-        else:
-            assert record["solver"] == "sparse" and record["eigenvalues_clipped"] >= 0
-    assert maes["falkon"] == pytest.approx(maes["nystrom"], rel=0.25), maes
+        records[solver, factorisation] = next(r for r in json.loads(result.stdout)["result"]["records"]
+                                              if r["model"] == "power-spectrum-sparse" and r["n_train"] == 24)
+    falkon, eigh, cholesky = records["falkon", "eigh"], records["nystrom", "eigh"], records["nystrom", "cholesky"]
+    assert falkon["solver"] == "falkon" and falkon["iterations"] >= 1 and falkon["jitter"] > 0
+    assert "condition_number" not in falkon and "eigenvalues_clipped" not in falkon
+    assert eigh["solver"] == "sparse" and eigh["eigenvalues_clipped"] >= 0 and eigh["jitter"] == 0
+    assert falkon["mae"] == pytest.approx(eigh["mae"], rel=0.25), (falkon["mae"], eigh["mae"])
+    assert cholesky["solver"] == "sparse" and cholesky["jitter"] == 1e-10 and cholesky["eigenvalues_clipped"] == 0
+    assert cholesky["reg_relative"] == eigh["reg_relative"] and cholesky["mae"] == pytest.approx(eigh["mae"], rel=2e-6)
 
 
 def test_sparse_fchl19_uses_the_sigma_chosen_for_the_exact_model(tmp_path):

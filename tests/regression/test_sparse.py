@@ -208,6 +208,48 @@ def test_duplicate_inducing_points_are_dropped_by_rank_truncation() -> None:
     np.testing.assert_allclose(dup.predict(rbf(p["X_test"], S)), plain.predict(p["K_tm"]), rtol=1e-9, atol=1e-10)
 
 
+# ------------------------------------------------------------------ Cholesky factorisation of K_mm
+
+
+def jittered_nystrom_kernel(K_am: np.ndarray, K_bm: np.ndarray, K_mm: np.ndarray, jitter: float) -> np.ndarray:
+    """K_am (K_mm + j·mean(diag K_mm)·I)⁻¹ K_mb by a dense solve: the kernel of the Cholesky route."""
+    shifted = K_mm + jitter * np.mean(np.diag(K_mm)) * np.eye(len(K_mm))
+    return K_am @ np.linalg.solve(shifted, K_bm.T)
+
+
+def test_cholesky_factorisation_matches_the_eigendecomposition() -> None:
+    p = problem(k=2, seed=10)
+    eigh = SparseKernelRegressor(reg="cv").fit(p["K_nm"], p["K_mm"], p["Y"])
+    chol = SparseKernelRegressor(reg="cv", factorisation="cholesky").fit(p["K_nm"], p["K_mm"], p["Y"])
+    assert chol.jitter_ == 1e-12 and eigh.jitter_ == 0.0 and chol.rank_ == 8 and chol.eigenvalues_clipped_ == 0
+    assert math.isnan(chol.min_eigenvalue_)
+    # K_mm (cond ≈ 10) is factored without rank cut either way; the jitter 1e-12 · mean diag
+    # moves K_mm⁻¹ by ≈ 1e-12 · cond relative: the same λ and predictions to rounding.
+    assert chol.reg_relative_ == eigh.reg_relative_ and chol.reg_ == pytest.approx(eigh.reg_, rel=1e-9)
+    np.testing.assert_allclose(chol.predict(p["K_tm"]), eigh.predict(p["K_tm"]), rtol=1e-9, atol=1e-10)
+
+
+def test_cholesky_factorisation_of_singular_k_mm_is_ridge_on_the_jittered_kernel() -> None:
+    p = problem(seed=11)
+    S = np.concatenate([p["S"], p["S"][:3]])  # K_mm singular: three duplicated inducing points
+    K_nm, K_mm, K_tm = rbf(p["X"], S), rbf(S, S), rbf(p["X_test"], S)
+    reg = 0.05
+    model = SparseKernelRegressor(reg=reg, standardize=False, factorisation="cholesky", rank_rtol=1e-10)
+    model.fit(K_nm, K_mm, p["Y"])
+    assert model.jitter_ == 1e-10 and model.rank_ == 11 and model.eigenvalues_clipped_ == 0
+    # Brute force: kernel ridge with K̃_j = K_nm (K_mm + jI)⁻¹ K_mn by dense solves. K_mm + jI
+    # has cond ≈ 1e11, but its three tiny directions (differences of duplicated columns) are
+    # orthogonal to every row of K_nm and K_tm (identical columns), so they enter neither
+    # kernel; in the others the solves keep ≳ 10 digits.
+    K_tilde = jittered_nystrom_kernel(K_nm, K_nm, K_mm, model.jitter_)
+    dual = np.linalg.solve(K_tilde + reg * np.eye(len(K_tilde)), p["Y"])
+    expected = jittered_nystrom_kernel(K_tm, K_nm, K_mm, model.jitter_) @ dual
+    np.testing.assert_allclose(model.predict(K_tm), expected, rtol=1e-7, atol=1e-7)
+    # and the duplicates add no function: the model of the 8 distinct points, to the jitter's size.
+    plain = SparseKernelRegressor(reg=reg, standardize=False).fit(p["K_nm"], p["K_mm"], p["Y"])
+    np.testing.assert_allclose(model.predict(K_tm), plain.predict(p["K_tm"]), rtol=1e-6, atol=1e-6)
+
+
 # ------------------------------------------------------------------ fitted attributes, memmap, warnings, errors
 
 
@@ -231,6 +273,7 @@ def test_fitted_attributes_and_read_only_memmap(tmp_path) -> None:
         "condition_number_",
         "eigenvalues_clipped_",
         "min_eigenvalue_",
+        "jitter_",
         "rank_",
         "n_inducing_",
         "target_mean_",
@@ -290,6 +333,7 @@ def test_fit_rejects_bad_inputs(change: dict[str, np.ndarray], name: str) -> Non
         ({"reg": "auto"}, "reg"),
         ({"relative_grid": [-1.0]}, "relative_grid"),
         ({"rank_rtol": 0.0}, "rank_rtol"),
+        ({"factorisation": "qr"}, "factorisation"),
     ],
 )
 def test_fit_rejects_bad_settings(kwargs: dict[str, object], name: str) -> None:

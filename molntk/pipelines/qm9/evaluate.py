@@ -87,7 +87,8 @@ SOLVER_DIAGNOSTICS = ("condition_number", "eigenvalues_clipped", "iterations", "
 
 def solver_diagnostics(model: Any) -> dict[str, Any]:
     """{name: model.<name>_} for the :data:`SOLVER_DIAGNOSTICS` the fitted ``model`` has (the
-    direct and Nyström solvers: condition number, K_mm eigenvalues dropped; Falkon: PCG
+    direct and Nyström solvers: condition number, K_mm eigenvalues dropped, the Nyström
+    solver's relative jitter (0 unless its factorisation is a Cholesky); Falkon: PCG
     iterations, relative jitter)."""
     return {name: getattr(model, name + "_") for name in SOLVER_DIAGNOSTICS if hasattr(model, name + "_")}
 

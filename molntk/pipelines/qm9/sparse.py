@@ -17,7 +17,8 @@ For a model listed in ``sparse.models``, with the candidate chosen for its exact
 3. per target and training size n: the dressed-atom residual, then, on the first n rows,
    :class:`~molntk.regression.sparse.SparseKernelRegressor` (``sparse.solver: nystrom``, λ by
    closed-form LOO, GCV when ``regression.cv: gcv``; K_mm eigenvalues below
-   ``sparse.rank_rtol`` · s_max are dropped) or :class:`~molntk.regression.falkon.FalkonRegressor`
+   ``sparse.rank_rtol`` · s_max are dropped, or with ``sparse.factorisation: cholesky`` K_mm
+   jittered and Cholesky factored) or :class:`~molntk.regression.falkon.FalkonRegressor`
    (``falkon``: preconditioned CG, λ on held-out training molecules), over the same relative
    grid as the exact model (floored at ``psd_rtol`` for quadrature kernels).
 
@@ -132,7 +133,7 @@ def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9Pro
                                max_iter=sparse.falkon_max_iter, device=device).fit(K_nm, K_mm, y)
     cv = "gcv" if reg.cv == "gcv" else "loo"
     return SparseKernelRegressor(reg="cv", cv=cv, cv_loss=reg.cv_loss, relative_grid=grid,
-                                 rank_rtol=sparse.rank_rtol).fit(K_nm, K_mm, y)
+                                 rank_rtol=sparse.rank_rtol, factorisation=sparse.factorisation).fit(K_nm, K_mm, y)
 
 
 def sparse_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: SparseKernels, name: str, chosen: Candidate,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.linalg import lapack
 
 from molntk.errors import InputError
 from molntk.regression import validation
@@ -152,8 +153,12 @@ def cholesky_root(K_mm: object, rank_rtol: float = RANK_RTOL) -> InducingRoot:
     K_mm = validation.symmetric_kernel(K_mm, "K_mm")
     T, jitter = jittered_cholesky(K_mm, rank_rtol, torch.device("cpu"), torch.float64)
     del K_mm
-    root = torch.linalg.solve_triangular(T, torch.eye(T.shape[0], dtype=T.dtype), upper=True)
-    return InducingRoot(root.numpy(), 0, math.nan, jitter)
+    # T⁻¹ in T's memory: T (row-major, upper) is Tᵀ in column-major order, lower triangular,
+    # which LAPACK's dtrtri inverts in place to (Tᵀ)⁻¹ = (T⁻¹)ᵀ, i.e. T⁻¹ row-major.
+    transposed_inverse, info = lapack.dtrtri(T.triu_().numpy().T, lower=1, overwrite_c=1)
+    if info != 0:
+        raise InputError("K_mm", f"its jittered Cholesky factor is singular (dtrtri info {info})")
+    return InducingRoot(transposed_inverse.T, 0, math.nan, jitter)
 
 
 def nystrom_factors(K_nm: object, K_mm: object, rank_rtol: float = RANK_RTOL, method: str = "eigh") -> NystromFactors:

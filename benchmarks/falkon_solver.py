@@ -28,7 +28,7 @@ predictions: max|p − p_S| / max|p_S − mean(y)|.
     python benchmarks/falkon_solver.py                                # n 5000 20000 × m 2000 5000
     python benchmarks/falkon_solver.py --n 5000 --m 2000 --solvers sparse falkon-frobenius
     python benchmarks/falkon_solver.py --n 20000 --m 20000 --solvers falkon   # m = 20,000: Falkon only
-    python benchmarks/falkon_solver.py --n 5000 --m 2000 5000 10000 --solvers sparse sparse-cholesky
+    python benchmarks/falkon_solver.py --n 5000 --m 2000 5000 --solvers sparse sparse-cholesky
 
 Writes benchmarks/results/falkon_solver.json; rows of an existing file with another
 (n, m, solver, λ) are kept, so runs add up.

@@ -98,7 +98,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from molntk.errors import InputError
 from molntk.regression import validation
 from molntk.regression.inducing import InducingWeights
-from molntk.regression.nystrom import MAX_JITTER, jittered_cholesky
+from molntk.regression.nystrom import jittered_cholesky
 from molntk.regression.scaling import TargetScaler
 from molntk.regression.selection import CVResult, check_loss, checked_relative_grid, residual_loss
 from molntk.scale.devices import resolve_device

@@ -3,36 +3,40 @@
 
 K_mm (m, m), the kernel among the inducing points, symmetrised as (K_mm + K_mmᵀ)/2, is
 U diag(s) Uᵀ. Eigenvalues s ≤ ``rank_rtol`` · s_max (rank deficiency, rounding, negative
-quadrature error) are dropped, r are kept: root = U_r diag(s_r^{-1/2}) (m, r),
-B = K_nm root (n, r), and the Nyström kernel is K̃ = K_nm K_mm⁺ K_mn = B Bᵀ. With the thin
+quadrature error) are dropped, r are kept: the root is R = U_r diag(s_r^{-1/2}) (m, r),
+B = K_nm R (n, r), and the Nyström kernel is K̃ = K_nm K_mm⁺ K_mn = B Bᵀ. With the thin
 SVD B = Q diag(σ) Wᵀ and C = QᵀY, for λ > 0:
 
 - fitted values of kernel ridge on K̃: F = Q diag(σ²/(σ² + λ)) C, hat diagonal
   h_i = Σ_k Q_ik² σ_k²/(σ_k² + λ), with 1 − h_i computed as
   (1 − ‖Q_i‖²) + Σ_k Q_ik² λ/(σ_k² + λ), without cancellation at small λ;
 - dual weights X = (K̃ + λI)⁻¹ Y = Q diag(1/(σ² + λ)) C + (Y − Q C) / λ;
-- inducing weights W_S = root Bᵀ X = root W diag(σ/(σ² + λ)) C (m, k), so that
+- inducing weights W_S = R Bᵀ X = R W diag(σ/(σ² + λ)) C (m, k), so that
   K̃(x, X) X = K_xS W_S needs only the kernel against the inducing points.
 
-With ``method="cholesky"`` the root is instead T⁻¹ (m, m), T upper triangular with
+With ``method="cholesky"`` the root is instead R = T⁻¹ (m, m), T upper triangular with
 TᵀT = K_mm + j·mean(diag K_mm)·I for the smallest j of ``rank_rtol``, 10·``rank_rtol``, …
-at which the factorisation succeeds (:func:`jittered_cholesky`): root rootᵀ = (K_mm + jI)⁻¹,
+at which the factorisation succeeds (:func:`jittered_cholesky`): R Rᵀ = (K_mm + jI)⁻¹,
 so directions of K_mm with eigenvalues s ≫ j enter as in K_mm⁺ and those below j are damped
-by s/(s + j) instead of dropped; r = m. It costs m³/3 flops for T and m³/3 for T⁻¹, in
-level-3 BLAS, against ≈ 9 m³ for the eigendecomposition (whose tridiagonalisation is
-level-2): the factorisation for m in the tens of thousands on a CPU.
+by s/(s + j) instead of dropped; r = m. T costs m³/3 flops in level-3 BLAS, against ≈ 9 m³
+for the eigendecomposition (whose tridiagonalisation is level-2): the factorisation for m in
+the tens of thousands on a CPU. T⁻¹ is never formed: B and the inducing weights come from
+triangular solves with T.
 
-Cost: O(m³) for K_mm, O(n m r) for B, O(n r²) for the SVD; K_nm is only read.
+K_mm is factored once (:func:`factor_inducing`, an :class:`InducingRoot`) for any number
+of training sets against the same inducing points (a learning curve, several targets).
+
+Cost: O(m³) for the factor, O(n m r) for B, O(n r²) for the SVD; K_nm is only read.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.linalg import lapack
 
 from molntk.errors import InputError
 from molntk.regression import validation
@@ -47,23 +51,69 @@ ROOT_METHODS = ("eigh", "cholesky")
 
 
 @dataclass(frozen=True, eq=False)
-class NystromFactors:
-    """root (m, r) of :class:`InducingRoot`, the thin SVD B = Q diag(σ) Wᵀ of B = K_nm root (``Wt``
-    is Wᵀ), the number of K_mm eigenvalues dropped, its smallest raw eigenvalue and the
-    relative jitter of a Cholesky root."""
+class InducingRoot:
+    """A factor R of the inducing points' kernel, R Rᵀ = K_mm⁺ (eigenvalues cut) or
+    (K_mm + jI)⁻¹ (Cholesky), made by :func:`factor_inducing` once and applied to any number
+    of training sets (:func:`nystrom_factors`).
 
-    root: np.ndarray
-    Q: np.ndarray
-    sigma: np.ndarray
-    Wt: np.ndarray
+    ``factor`` holds R = U_r diag(s_r^{-1/2}) (m, r) for ``method`` "eigh", and for
+    "cholesky" the upper triangular T (m, m) with TᵀT = K_mm + jI, R = T⁻¹, applied by
+    triangular solves (level-3 BLAS, n m² flops for n rows, half the product with an
+    explicit inverse). Also: the settings it was made with, the number of eigenvalues
+    dropped, the smallest raw eigenvalue (NaN: not computed) and the relative jitter
+    j / mean(diag K_mm) (0 for the eigendecomposition)."""
+
+    factor: np.ndarray
+    method: str
+    rank_rtol: float
     n_dropped: int
     min_raw: float
     jitter: float = 0.0
 
     @property
+    def m(self) -> int:
+        """The number of inducing points."""
+        return int(self.factor.shape[0])
+
+    @property
     def rank(self) -> int:
-        """r, the number of K_mm eigenvalues kept."""
-        return int(self.root.shape[1])
+        """r, the number of directions of K_mm kept (m for a Cholesky factor)."""
+        return int(self.factor.shape[1])
+
+    def features(self, K_nm: np.ndarray) -> np.ndarray:
+        """B = K_nm R (n, r): K_nm R, or the X of X T = K_nm by a triangular solve."""
+        if self.method == "eigh":
+            return K_nm @ self.factor
+        return torch.linalg.solve_triangular(_tensor(self.factor), _tensor(K_nm), upper=True, left=False).numpy()
+
+    def apply(self, V: np.ndarray) -> np.ndarray:
+        """R V (m, k) for V (r, k): R V, or the X of T X = V by a triangular solve."""
+        if self.method == "eigh":
+            return self.factor @ V
+        return torch.linalg.solve_triangular(_tensor(self.factor), _tensor(V), upper=True).numpy()
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    """A tensor on ``a``'s memory (no copy), read only here: torch's warning about read-only
+    arrays (memmaps of stored kernels) is silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(np.asarray(a))
+
+
+@dataclass(frozen=True, eq=False)
+class NystromFactors:
+    """The :class:`InducingRoot` R and the thin SVD B = Q diag(σ) Wᵀ of B = K_nm R (``Wt`` is Wᵀ)."""
+
+    root: InducingRoot
+    Q: np.ndarray
+    sigma: np.ndarray
+    Wt: np.ndarray
+
+    @property
+    def rank(self) -> int:
+        """r, the number of K_mm directions kept."""
+        return self.root.rank
 
     @property
     def mean_diag(self) -> float:
@@ -86,38 +136,24 @@ class NystromFactors:
         return self.Q @ (coeffs / (self.sigma[:, None] ** 2 + reg)) + (Y - self.Q @ coeffs) / reg
 
     def weights(self, coeffs: np.ndarray, reg: float) -> np.ndarray:
-        """W_S = root W diag(σ/(σ² + λ)) C (m, k), C = QᵀY (:func:`inducing_weights`)."""
+        """W_S = R W diag(σ/(σ² + λ)) C (m, k), C = QᵀY (:func:`inducing_weights`)."""
         return inducing_weights(self.root, self.sigma, self.Wt, coeffs, reg)
 
 
-def inducing_weights(root: np.ndarray, sigma: np.ndarray, Wt: np.ndarray, coeffs: np.ndarray, reg: float) -> np.ndarray:
-    """W_S = root W diag(σ/(σ² + λ)) C (m, k) from the SVD B = Q diag(σ) Wᵀ of the features and C = QᵀY."""
-    return root @ (Wt.T @ ((sigma / (sigma**2 + reg))[:, None] * coeffs))
+def inducing_weights(root: InducingRoot, sigma: np.ndarray, Wt: np.ndarray, coeffs: np.ndarray, reg: float) -> np.ndarray:
+    """W_S = R W diag(σ/(σ² + λ)) C (m, k) from the SVD B = Q diag(σ) Wᵀ of the features and C = QᵀY."""
+    return root.apply(Wt.T @ ((sigma / (sigma**2 + reg))[:, None] * coeffs))
 
 
-@dataclass(frozen=True, eq=False)
-class InducingRoot:
-    """root (m, r) with root rootᵀ = K_mm⁺ (eigenvalues cut) or (K_mm + jI)⁻¹ (Cholesky), the
-    number of eigenvalues dropped, the smallest raw eigenvalue (NaN: not computed) and the
-    relative jitter j / mean(diag K_mm) (0 for the eigendecomposition)."""
-
-    root: np.ndarray
-    n_dropped: int
-    min_raw: float
-    jitter: float = 0.0
-
-
-def inducing_root(K_mm: object, rank_rtol: float = RANK_RTOL) -> InducingRoot:
-    """Validate and factor K_mm (module docstring). InputError names ``K_mm`` / ``rank_rtol``."""
-    rank_rtol = validation.positive(rank_rtol, "rank_rtol")
-    K_mm = validation.symmetric_kernel(K_mm, "K_mm")
+def eigh_root(K_mm: np.ndarray, rank_rtol: float) -> InducingRoot:
+    """R = U_r diag(s_r^{-1/2}) of a validated K_mm, eigenvalues ≤ ``rank_rtol`` · s_max dropped."""
     s, U = np.linalg.eigh(K_mm)
     if s[-1] <= 0:
         raise InputError(
             "K_mm", f"has no positive eigenvalue (largest {s[-1]:.3g}): the inducing points carry no kernel"
         )
     keep = s > rank_rtol * float(s[-1])
-    return InducingRoot(U[:, keep] / np.sqrt(s[keep]), int(K_mm.shape[0] - keep.sum()), float(s[0]))
+    return InducingRoot(U[:, keep] / np.sqrt(s[keep]), "eigh", rank_rtol, int(K_mm.shape[0] - keep.sum()), float(s[0]))
 
 
 def jittered_cholesky(
@@ -145,31 +181,27 @@ def jittered_cholesky(
     )
 
 
-def cholesky_root(K_mm: object, rank_rtol: float = RANK_RTOL) -> InducingRoot:
-    """root = T⁻¹ with TᵀT = K_mm + j·mean(diag K_mm)·I, j the first of ``rank_rtol``,
-    10·``rank_rtol``, … at which the factorisation succeeds (module docstring). InputError
-    names ``K_mm`` / ``rank_rtol``."""
-    rank_rtol = validation.positive(rank_rtol, "rank_rtol")
-    K_mm = validation.symmetric_kernel(K_mm, "K_mm")
+def cholesky_root(K_mm: np.ndarray, rank_rtol: float) -> InducingRoot:
+    """T with TᵀT = K_mm + j·mean(diag K_mm)·I of a validated K_mm, j the first of
+    ``rank_rtol``, 10·``rank_rtol``, … at which the factorisation succeeds."""
     T, jitter = jittered_cholesky(K_mm, rank_rtol, torch.device("cpu"), torch.float64)
-    del K_mm
-    # T⁻¹ in T's memory: T (row-major, upper) is Tᵀ in column-major order, lower triangular,
-    # which LAPACK's dtrtri inverts in place to (Tᵀ)⁻¹ = (T⁻¹)ᵀ, i.e. T⁻¹ row-major.
-    transposed_inverse, info = lapack.dtrtri(T.triu_().numpy().T, lower=1, overwrite_c=1)
-    if info != 0:
-        raise InputError("K_mm", f"its jittered Cholesky factor is singular (dtrtri info {info})")
-    return InducingRoot(transposed_inverse.T, 0, math.nan, jitter)
+    # the factorisation leaves K_mm below the diagonal: zeroed, T is kept as it is stored
+    return InducingRoot(T.triu_().numpy(), "cholesky", rank_rtol, 0, math.nan, jitter)
 
 
-def nystrom_factors(K_nm: object, K_mm: object, rank_rtol: float = RANK_RTOL, method: str = "eigh") -> NystromFactors:
-    """Validate K_nm (n, m), K_mm (m, m) and factor them (module docstring; ``method`` one of
-    :data:`ROOT_METHODS`); K_nm is only read. InputError names ``K_mm`` / ``K_nm`` /
-    ``rank_rtol`` / ``method``."""
-    factor = {"eigh": inducing_root, "cholesky": cholesky_root}[validation.choice(method, "method", ROOT_METHODS)]
-    root = factor(K_mm, rank_rtol)
-    m = root.root.shape[0]
+def factor_inducing(K_mm: object, rank_rtol: float = RANK_RTOL, method: str = "eigh") -> InducingRoot:
+    """Validate and factor K_mm (module docstring; ``method`` one of :data:`ROOT_METHODS`).
+    InputError names ``K_mm`` / ``rank_rtol`` / ``method``."""
+    factor = {"eigh": eigh_root, "cholesky": cholesky_root}[validation.choice(method, "method", ROOT_METHODS)]
+    rank_rtol = validation.positive(rank_rtol, "rank_rtol")
+    return factor(validation.symmetric_kernel(K_mm, "K_mm"), rank_rtol)
+
+
+def nystrom_factors(K_nm: object, root: InducingRoot) -> NystromFactors:
+    """Validate K_nm (n, m) against the inducing factor ``root`` (:func:`factor_inducing`) and
+    take the SVD of B = K_nm R (module docstring); K_nm is only read. InputError names ``K_nm``."""
     K_nm = validation.matrix(K_nm, "K_nm")
-    if K_nm.shape[1] != m or K_nm.shape[0] == 0:
-        raise InputError("K_nm", f"must be (n, {m}) with n ≥ 1 (one column per inducing point), got shape {K_nm.shape}")
-    Q, sigma, Wt = np.linalg.svd(K_nm @ root.root, full_matrices=False)
-    return NystromFactors(root.root, Q, sigma, Wt, n_dropped=root.n_dropped, min_raw=root.min_raw, jitter=root.jitter)
+    if K_nm.shape[1] != root.m or K_nm.shape[0] == 0:
+        raise InputError("K_nm", f"must be (n, {root.m}) with n ≥ 1 (one column per inducing point), got shape {K_nm.shape}")
+    Q, sigma, Wt = np.linalg.svd(root.features(K_nm), full_matrices=False)
+    return NystromFactors(root, Q, sigma, Wt)

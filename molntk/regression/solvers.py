@@ -36,7 +36,7 @@ import numpy as np
 import scipy.linalg
 
 from molntk.errors import InputError
-from molntk.regression.nystrom import RANK_RTOL, nystrom_factors
+from molntk.regression.nystrom import RANK_RTOL, factor_inducing, nystrom_factors
 from molntk.regression.validation import matrix, nonnegative, positive, restore, targets
 from molntk.utils.checks import integer
 
@@ -222,7 +222,7 @@ def nystrom_solve(
     :func:`~molntk.regression.nystrom.nystrom_factors` (K_mm eigenvalues ≤ ``rank_rtol`` · s_max
     dropped); ``inducing``: the inducing points' indices, recorded in the result."""
     start = time.perf_counter()
-    nys = nystrom_factors(K_nm, K_mm, rank_rtol)
+    nys = nystrom_factors(K_nm, factor_inducing(K_mm, rank_rtol))
     Y_arr, vector = targets(Y, "Y", rows=nys.Q.shape[0])
     reg = positive(reg, "reg")
     coeffs = nys.Q.T @ Y_arr

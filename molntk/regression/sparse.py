@@ -8,6 +8,8 @@ to Z = (Y − mean) / std (:class:`~molntk.regression.scaling.TargetScaler`, ``s
 - K_mm = U diag(s) Uᵀ with the eigenvalues s ≤ ``rank_rtol`` · s_max dropped
   (``eigenvalues_clipped_``), r kept: root = U_r diag(s_r^{-1/2}), B = K_nm root (n, r),
   K̃ = K_nm K_mm⁺ K_mn = B Bᵀ, thin SVD B = Q diag(σ) Wᵀ (:mod:`molntk.regression.nystrom`).
+  ``fit`` also takes the factor itself (:func:`~molntk.regression.nystrom.factor_inducing`), so that
+  fits against the same inducing points (a learning curve, several targets) factor K_mm once.
 - Kernel ridge with K̃ and λ > 0 has fitted values F = Q diag(σ²/(σ² + λ)) QᵀZ and hat
   diagonal h_i = Σ_k Q_ik² σ_k²/(σ_k² + λ), and its exact leave-one-out residuals are
   (Z − F)_i / (1 − h_i): K̃ is the same kernel when a training point is left out, since the
@@ -44,7 +46,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from molntk.errors import InputError
 from molntk.regression import validation
 from molntk.regression.inducing import InducingWeights
-from molntk.regression.nystrom import RANK_RTOL, ROOT_METHODS, NystromFactors, nystrom_factors
+from molntk.regression.nystrom import RANK_RTOL, ROOT_METHODS, InducingRoot, NystromFactors, factor_inducing, nystrom_factors
 from molntk.regression.scaling import TargetScaler
 from molntk.regression.selection import CVResult, check_loss, checked_relative_grid, residual_loss
 from molntk.regression.spectral import ILL_CONDITIONED, IllConditionedWarning
@@ -57,7 +59,7 @@ def sparse_loo_residuals(
 ) -> np.ndarray:
     """Exact leave-one-out residuals y_i − ŷ_{-i}(x_i) of kernel ridge on K̃ with λ > 0, in the
     units of ``Y`` (no standardisation) and shaped like it."""
-    nys = nystrom_factors(K_nm, K_mm, rank_rtol)
+    nys = nystrom_factors(K_nm, factor_inducing(K_mm, rank_rtol))
     Y2, was_1d = validation.targets(Y, "Y", rows=nys.Q.shape[0])
     residual, complement = nys.residuals(Y2, nys.Q.T @ Y2, validation.positive(reg, "reg"))
     return validation.restore(residual / complement[:, None], was_1d)
@@ -74,8 +76,9 @@ class SparseKernelRegressor(InducingWeights, RegressorMixin, BaseEstimator):
     :mod:`molntk.regression.selection`; GCV is squared only).
     ``standardize``: fit on (Y − mean) / std per target. ``rank_rtol``: K_mm eigenvalues at or
     below ``rank_rtol`` · s_max are dropped. ``factorisation``: ``"eigh"`` (that cut) or
-    ``"cholesky"``: root T⁻¹ of K_mm + j·mean(diag K_mm)·I, j from ``rank_rtol`` up by factors
-    of 10 until the factorisation succeeds: 2m³/3 flops against ≈ 9m³
+    ``"cholesky"``: root T⁻¹ of K_mm + j·mean(diag K_mm)·I (TᵀT, applied by triangular solves),
+    j from ``rank_rtol`` up by factors of 10 until the factorisation succeeds: m³/3 flops
+    against ≈ 9m³
     (:mod:`molntk.regression.nystrom`). The parameters are stored as given;
     :meth:`check_params` (called first by ``fit``) raises :class:`InputError` naming the
     first one out of range.
@@ -117,11 +120,14 @@ class SparseKernelRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         validation.positive(self.rank_rtol, "rank_rtol")
         validation.choice(self.factorisation, "factorisation", ROOT_METHODS)
 
-    def fit(self, K_nm: object, K_mm: object, Y: object) -> SparseKernelRegressor:
-        """Fit on K_nm (n, m), K_mm (m, m) and targets Y ((n,) or (n, k))."""
+    def fit(self, K_nm: object, K_mm: object | InducingRoot, Y: object) -> SparseKernelRegressor:
+        """Fit on K_nm (n, m), K_mm (m, m) and targets Y ((n,) or (n, k)). ``K_mm`` may be its
+        factor from :func:`~molntk.regression.nystrom.factor_inducing` with this regressor's
+        ``rank_rtol`` and ``factorisation``, made once for fits against the same inducing
+        points (a learning curve, several targets); ``fit_seconds_`` then leaves it out."""
         self.check_params()
         start = time.perf_counter()
-        nys = nystrom_factors(K_nm, K_mm, self.rank_rtol, self.factorisation)
+        nys = nystrom_factors(K_nm, self._root(K_mm))
         n = nys.Q.shape[0]
         Y2, was_1d = validation.targets(Y, "Y", rows=n)
         scaler = TargetScaler.fit(Y2, enabled=bool(self.standardize))
@@ -147,11 +153,24 @@ class SparseKernelRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         self.reg_relative_ = reg / nys.mean_diag if nys.mean_diag > 0 else math.nan
         self.cv_result_ = cv_result
         self.condition_number_ = cond
-        self.eigenvalues_clipped_ = nys.n_dropped
-        self.min_eigenvalue_ = nys.min_raw
-        self.jitter_ = nys.jitter
+        self.eigenvalues_clipped_ = nys.root.n_dropped
+        self.min_eigenvalue_ = nys.root.min_raw
+        self.jitter_ = nys.root.jitter
         self.fit_seconds_ = time.perf_counter() - start
         return self
+
+    def _root(self, K_mm: object | InducingRoot) -> InducingRoot:
+        """K_mm factored with this regressor's settings, or its given factor when it was made
+        with them (InputError naming ``K_mm`` otherwise)."""
+        if not isinstance(K_mm, InducingRoot):
+            return factor_inducing(K_mm, self.rank_rtol, self.factorisation)
+        if (K_mm.method, K_mm.rank_rtol) != (self.factorisation, self.rank_rtol):
+            raise InputError(
+                "K_mm",
+                f"was factored with method {K_mm.method!r} and rank_rtol {K_mm.rank_rtol:g}; this regressor has "
+                f"factorisation {self.factorisation!r} and rank_rtol {self.rank_rtol:g}",
+            )
+        return K_mm
 
     def _set_state(self, weights: np.ndarray, scaler: TargetScaler, was_1d: bool, reg: float, rank: int) -> None:
         """Keep the fitted state (:class:`~molntk.regression.inducing.InducingWeights`) and ``rank_``."""

@@ -11,7 +11,7 @@ the posterior mean of a GP whose prior is restricted to the span of the inducing
 (noise λ_E on energy rows, λ_F on force rows).
 
 Solve (stable, no normal equations): K_mm = U diag(s) Uᵀ with the eigenvalues ≤
-``rank_rtol`` · s_max dropped, root R = U_r s_r^{-1/2} (:func:`~molntk.regression.nystrom.inducing_root`);
+``rank_rtol`` · s_max dropped, root R = U_r s_r^{-1/2} (:func:`~molntk.regression.nystrom.factor_inducing`);
 w = R v turns the prior into ‖v‖² and the rows into the Nyström features B = K_nm R. With
 λ = ρ d (d = s_E on energy rows, q s_F on force rows) and the scaled rows B̃ = D^{-1/2} B,
 ỹ = D^{-1/2} y, v is kernel ridge with noise ρ on B̃: thin SVD B̃ = Q diag(σ) Wᵀ and
@@ -51,7 +51,7 @@ import scipy.linalg
 from molntk.errors import InputError
 from molntk.regression import validation
 from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, ResidualsAt, search_noise
-from molntk.regression.nystrom import RANK_RTOL, InducingRoot, inducing_root, inducing_weights
+from molntk.regression.nystrom import RANK_RTOL, InducingRoot, factor_inducing, inducing_weights
 
 #: Configurations per batched product of the grouped LOO (bounds its (groups, n_g, r) temporary).
 GROUP_CHUNK = 256
@@ -143,11 +143,11 @@ def _grouped_solve(Q: np.ndarray, h: np.ndarray, e: np.ndarray, sizes: np.ndarra
 def _system(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray],
             rank_rtol: float, seed: int) -> _System:
     """Validate and order the system (module docstring, :data:`LOO_GROUPS`) and factor it once."""
-    root = inducing_root(K_mm, rank_rtol)
+    root = factor_inducing(K_mm, rank_rtol)
     y = validation.vector(y, "y", length=len(is_force))
     K_nm = validation.matrix(K_nm, "K_nm", rows=len(is_force))
-    if K_nm.shape[1] != root.root.shape[0]:
-        raise InputError("K_nm", f"must have {root.root.shape[0]} columns (one per inducing point), got shape {K_nm.shape}")
+    if K_nm.shape[1] != root.m:
+        raise InputError("K_nm", f"must have {root.m} columns (one per inducing point), got shape {K_nm.shape}")
     if is_force.all() or not is_force.any():
         raise InputError("y", "needs both energy and force rows")
     if not np.array_equal(np.sort(np.concatenate(groups)), np.arange(len(is_force))):
@@ -158,7 +158,7 @@ def _system(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups:
     first, rest = by_size(True), by_size(False)
     order = np.concatenate(first + rest)
     y, is_force = y[order], is_force[order]
-    B = K_nm[order] @ root.root
+    B = root.features(K_nm[order])
     energy, force = (scipy.linalg.qr(B[kind], mode="economic", check_finite=False) for kind in (~is_force, is_force))
     projected = (energy[0].T @ y[~is_force], force[0].T @ y[is_force])
     scales = [float(np.mean(np.sum(B[kind] ** 2, axis=1))) for kind in (~is_force, is_force)]
@@ -183,6 +183,6 @@ def fit_sparse_joint(K_nm: object, K_mm: object, y: object, is_force: np.ndarray
     elif reg_energy <= 0 or reg_force <= 0:
         raise InputError("reg_energy" if reg_energy <= 0 else "reg_force", "must be > 0 for the sparse model")
     _, sigma, wt, coeffs = system.svd(reg_energy, reg_force)
-    weights = inducing_weights(system.root.root, sigma, wt, coeffs[:, None], 1.0)[:, 0]
-    return SparseJointFit(weights, float(reg_energy), float(reg_force), score, system.root.root.shape[1],
+    weights = inducing_weights(system.root, sigma, wt, coeffs[:, None], 1.0)[:, 0]
+    return SparseJointFit(weights, float(reg_energy), float(reg_force), score, system.root.rank,
                           system.root.n_dropped, edge)

@@ -313,6 +313,30 @@ def test_sparse_solver_falkon_reports_its_iterations_beside_the_nystrom_solver(t
     assert cholesky["reg_relative"] == eigh["reg_relative"] and cholesky["mae"] == pytest.approx(eigh["mae"], rel=2e-6)
 
 
+def test_nystrom_solver_factors_k_mm_once_per_model(tmp_path, monkeypatch):
+    """The Nyström solver factors Θ(inducing, inducing) once for all training sizes and
+    targets of a model (two sizes × two targets here, one sum-pooled kernel): the pipeline
+    makes the factor, the regressor never refactors, and every fit uses that one factor."""
+    import molntk.pipelines.qm9.sparse as pipeline_sparse
+    import molntk.regression.sparse as regression_sparse
+
+    made, used = [], []
+    factor = pipeline_sparse.factor_inducing
+    monkeypatch.setattr(pipeline_sparse, "factor_inducing", lambda *a, **k: made.append(factor(*a, **k)) or made[-1])
+    monkeypatch.setattr(regression_sparse, "factor_inducing", lambda *a, **k: pytest.fail("the regressor refactored K_mm"))
+    nystrom = regression_sparse.nystrom_factors
+    monkeypatch.setattr(regression_sparse, "nystrom_factors", lambda K_nm, root: used.append(root) or nystrom(K_nm, root))
+    config = tmp_path / "once.yaml"
+    config.write_text(SMALL.replace("task: qm9-property\n", "task: qm9-property\ntargets: [u0_atom, u_atom]\n")
+                      + "sparse: {models: [power_spectrum], environments: 40, factorisation: cholesky}\n")
+    result = CliRunner().invoke(app, ["run", str(config), "--json", "--set", f"output={tmp_path / 'out'}"])
+    assert result.exit_code == 0, result.output
+    records = [r for r in json.loads(result.stdout)["result"]["records"] if r["model"] == "power-spectrum-sparse"]
+    assert sorted((r["target"], r["n_train"]) for r in records) == [("u0_atom", 10), ("u0_atom", 24), ("u_atom", 10), ("u_atom", 24)]
+    assert len(made) == 1 and made[0].method == "cholesky" and made[0].m == 40
+    assert len(used) == 4 and all(root is made[0] for root in used)
+
+
 def test_sparse_fchl19_uses_the_sigma_chosen_for_the_exact_model(tmp_path):
     """``sparse.models: [fchl19]``: the exact FCHL19 model up to n = 20, its sparse model on 30
     inducing atoms at every size, with the σ cross-validation chose for the exact model; the

@@ -21,6 +21,7 @@ from sklearn.linear_model import Ridge
 
 from molntk.errors import InputError
 from molntk.regression import IllConditionedWarning, KernelRegressor
+from molntk.regression.nystrom import factor_inducing
 from molntk.regression.selection import DEFAULT_RELATIVE_GRID
 from molntk.regression.solvers import nystrom_solve
 from molntk.regression.sparse import SparseKernelRegressor, sparse_loo_residuals
@@ -249,6 +250,48 @@ def test_cholesky_factorisation_of_singular_k_mm_is_ridge_on_the_jittered_kernel
     # which moves K_mm⁻¹ on them by ≈ 1e-10 · cond ≈ 1e-9 relative (measured 1e-11).
     plain = SparseKernelRegressor(reg=reg, standardize=False).fit(p["K_nm"], p["K_mm"], p["Y"])
     np.testing.assert_allclose(model.predict(K_tm), plain.predict(p["K_tm"]), rtol=1e-8, atol=1e-8)
+
+
+def test_cholesky_root_applies_the_inverse_factor_by_triangular_solves() -> None:
+    p = problem(seed=12)
+    root = factor_inducing(p["K_mm"], 1e-12, "cholesky")
+    # Independent: R = T⁻¹ from numpy's Cholesky of the same jittered K_mm and a dense inverse
+    # (K_mm cond ≈ 10: both sides keep ≳ 14 digits; tolerance 1e-12 relative to the entries).
+    shifted = p["K_mm"] + root.jitter * np.mean(np.diag(p["K_mm"])) * np.eye(len(p["K_mm"]))
+    inverse = np.linalg.inv(np.linalg.cholesky(shifted).T)
+    V = np.random.default_rng(0).normal(size=(8, 3))
+    assert (root.m, root.rank, root.method, root.n_dropped) == (8, 8, "cholesky", 0)
+    np.testing.assert_allclose(root.features(p["K_nm"]), p["K_nm"] @ inverse, rtol=0, atol=1e-12 * np.abs(p["K_nm"] @ inverse).max())
+    np.testing.assert_allclose(root.apply(V), inverse @ V, rtol=0, atol=1e-12 * np.abs(inverse @ V).max())
+    read_only = p["K_nm"].copy()
+    read_only.flags.writeable = False  # as a memmap of a stored kernel: read, never written
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(root.features(read_only), root.features(p["K_nm"]))
+
+
+@pytest.mark.parametrize("factorisation", ["eigh", "cholesky"])
+def test_a_factor_made_once_serves_every_training_size(factorisation: str) -> None:
+    p = problem(n=40, seed=13)
+    root = factor_inducing(p["K_mm"], 1e-12, factorisation)
+    for n in (12, 25, 40):
+        settings = {"reg": "cv", "factorisation": factorisation, "rank_rtol": 1e-12}
+        reused = SparseKernelRegressor(**settings).fit(p["K_nm"][:n], root, p["Y"][:n])
+        fresh = SparseKernelRegressor(**settings).fit(p["K_nm"][:n], p["K_mm"], p["Y"][:n])
+        # the same factor as the fit from K_mm makes: the same arithmetic, the same numbers
+        assert reused.reg_ == fresh.reg_ and reused.jitter_ == fresh.jitter_ and reused.rank_ == fresh.rank_
+        np.testing.assert_array_equal(reused.predict(p["K_tm"]), fresh.predict(p["K_tm"]))
+
+
+def test_a_factor_made_with_other_settings_is_refused() -> None:
+    p = problem(seed=14)
+    with pytest.raises(InputError, match=r"K_mm: was factored with method 'eigh' and rank_rtol 1e-12; this regressor has "
+                                         r"factorisation 'cholesky'"):
+        SparseKernelRegressor(factorisation="cholesky").fit(p["K_nm"], factor_inducing(p["K_mm"]), p["Y"])
+    with pytest.raises(InputError, match="rank_rtol 1e-10"):
+        SparseKernelRegressor(rank_rtol=1e-12).fit(p["K_nm"], factor_inducing(p["K_mm"], 1e-10), p["Y"])
+    with pytest.raises(InputError, match=r"K_nm: must be \(n, 8\)"):
+        SparseKernelRegressor().fit(p["K_nm"][:, :5], factor_inducing(p["K_mm"]), p["Y"])
 
 
 # ------------------------------------------------------------------ fitted attributes, memmap, warnings, errors

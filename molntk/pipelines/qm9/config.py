@@ -396,7 +396,8 @@ class SparseConfig(Section):
     factor, λ by closed-form leave-one-out; ``factorisation`` of Θ(inducing, inducing):
     ``eigh``, its eigendecomposition cut at ``rank_rtol``, or ``cholesky``, the Cholesky
     factor of Θ + j·mean(diag Θ)·I with j from ``rank_rtol`` up by factors of 10 until it
-    succeeds, 2m³/3 flops against ≈ 9m³, for m in the tens of thousands on a CPU) or ``falkon``
+    succeeds, m³/3 flops against ≈ 9m³, for m in the tens of thousands on a CPU; either made
+    once for every training size and target) or ``falkon``
     (:class:`~molntk.regression.falkon.FalkonRegressor`: preconditioned conjugate gradients,
     no n × m factorisation, λ on ``falkon_validation`` of the training molecules held out,
     ``falkon_tol``, ``falkon_max_iter``; on the kernel's device). Reported as

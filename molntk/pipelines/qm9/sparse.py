@@ -14,21 +14,24 @@ For a model listed in ``sparse.models``, with the candidate chosen for its exact
    (:class:`~molntk.molecular.sets.InducingSet`; a baseline's descriptors of the run's
    molecules are computed once, for the choice and the kernel): blocks, cache, resume,
    GPUs and Dask as for the exact kernels;
-3. per target and training size n: the dressed-atom residual, then, on the first n rows,
-   :class:`~molntk.regression.sparse.SparseKernelRegressor` (``sparse.solver: nystrom``, λ by
-   closed-form LOO, GCV when ``regression.cv: gcv``; K_mm eigenvalues below
-   ``sparse.rank_rtol`` · s_max are dropped, or with ``sparse.factorisation: cholesky`` K_mm
-   jittered and Cholesky factored) or :class:`~molntk.regression.falkon.FalkonRegressor`
+3. for ``sparse.solver: nystrom``, Θ(inducing, inducing) factored once for every target and
+   training size (:func:`~molntk.regression.nystrom.factor_inducing`: eigenvalues below
+   ``sparse.rank_rtol`` · s_max dropped, or with ``sparse.factorisation: cholesky`` jittered
+   and Cholesky factored), and the matrix dropped;
+4. per target and training size n: the dressed-atom residual, then, on the first n rows,
+   :class:`~molntk.regression.sparse.SparseKernelRegressor` (λ by closed-form LOO, GCV when
+   ``regression.cv: gcv``) or :class:`~molntk.regression.falkon.FalkonRegressor`
    (``falkon``: preconditioned CG, λ on held-out training molecules), over the same relative
    grid as the exact model (floored at ``psd_rtol`` for quadrature kernels).
 
-``fit_seconds`` = the compute seconds of Θ(inducing, inducing) and of the training rows'
-blocks + the fit; ``predict_seconds`` = the test rows' blocks + the product.
+``fit_seconds`` = the compute seconds of Θ(inducing, inducing), of its factor and of the
+training rows' blocks + the fit; ``predict_seconds`` = the test rows' blocks + the product.
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,7 @@ from molntk.pipelines.qm9.config import QM9PropertyConfig, SparseConfig
 from molntk.pipelines.qm9.evaluate import evaluate_model
 from molntk.pipelines.qm9.sets import QM9Sets
 from molntk.regression.falkon import FalkonRegressor
+from molntk.regression.nystrom import InducingRoot, factor_inducing
 from molntk.regression.selection import lambda_grid
 from molntk.regression.sparse import SparseKernelRegressor
 from molntk.scale.blocks import TEST, TRAIN
@@ -57,16 +61,18 @@ SUFFIX = "-sparse"
 
 @dataclass
 class SparseKernels:
-    """Θ among the m inducing environments, Θ(molecule, inducing) for every molecule of the
-    run (rows in the order of ``QM9Sets.molecules``), and compute seconds: of the inducing
-    block, and of the row blocks that start below each row position (``row_seconds[i]``:
-    the blocks of rows < ``row_ends[i]``)."""
+    """Θ among the m inducing environments (or, for the Nyström solver, its factor: step 3),
+    Θ(molecule, inducing) for every molecule of the run (rows in the order of
+    ``QM9Sets.molecules``), and seconds: the compute of the inducing block, of the row blocks
+    that start below each row position (``row_seconds[i]``: the blocks of rows <
+    ``row_ends[i]``) and the factorisation of step 3 (0 without one)."""
 
-    inducing: np.ndarray
+    inducing: np.ndarray | InducingRoot
     rows: np.ndarray
     inducing_seconds: float
     row_ends: np.ndarray
     row_seconds: np.ndarray
+    factor_seconds: float = 0.0
     folder: Path | None = None
 
     def release(self) -> None:
@@ -95,7 +101,7 @@ def inducing_atom_rows(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig
 
 def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, assembler: BlockAssembler,
                    progress: Progress | None, label: str) -> SparseKernels:
-    """Steps 1–2 of the module docstring for the chosen ``candidate``."""
+    """Steps 1–3 of the module docstring for the chosen ``candidate``."""
     rows = inducing_atom_rows(candidate, sets, sparse)
     kernel = block_kernel(candidate, InducingSet(sets.molecules, rows))
     sets.molecules.release()  # the block kernel holds the inducing set's own copy
@@ -108,22 +114,25 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, as
     seconds = assembly.seconds
     inducing_seconds = float(sum(s for b, s in zip(assembly.blocks, seconds) if b.matrix == TRAIN))
     row_blocks = [(b.row_slice.stop, s) for b, s in zip(assembly.blocks, seconds) if b.matrix == TEST]
+    inducing, start = assembly.matrices.pop(f"{candidate.matrix}_train"), time.perf_counter()
+    if sparse.solver == "nystrom":
+        inducing = factor_inducing(inducing, sparse.rank_rtol, sparse.factorisation)
     return SparseKernels(
-        inducing=assembly.matrices[f"{candidate.matrix}_train"],
+        inducing=inducing,
         rows=assembly.matrices[f"{candidate.matrix}_test"],
         inducing_seconds=inducing_seconds,
         row_ends=np.array([end for end, _ in row_blocks]),
         row_seconds=np.array([s for _, s in row_blocks]),
+        factor_seconds=time.perf_counter() - start,
         folder=None if assembler.matrices_dir is None else assembler.matrices_dir / label,
     )
 
 
-def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9PropertyConfig,
+def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray | InducingRoot, y: np.ndarray, config: QM9PropertyConfig,
                quadrature: bool) -> SparseKernelRegressor | FalkonRegressor:
-    """Step 3's regressor, λ over the relative grid floored for quadratures, scored by
-    ``regression.cv_loss``: ``sparse.solver`` "nystrom" by LOO (or GCV), K_mm's
-    pseudo-inverse cut at ``sparse.rank_rtol``; "falkon" on held-out training molecules, on
-    the kernel's device."""
+    """Step 4's regressor, λ over the relative grid floored for quadratures, scored by
+    ``regression.cv_loss``: ``sparse.solver`` "nystrom" by LOO (or GCV) on K_mm's factor
+    (step 3); "falkon" on held-out training molecules, on the kernel's device."""
     reg, sparse = config.regression, config.sparse
     grid = lambda_grid(reg.psd_rtol, quadrature)
     if sparse.solver == "falkon":
@@ -138,9 +147,9 @@ def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray, y: np.ndarray, config: QM9Pro
 
 def sparse_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: SparseKernels, name: str, chosen: Candidate,
                    target: str, residual: bool, predictions: dict) -> list[dict[str, Any]]:
-    """Records of the sparse model for ``target`` at every training size (step 3)."""
+    """Records of the sparse model for ``target`` at every training size (step 4)."""
     n_train, n_test = sets.n_train, sets.n_test
-    m = kernels.inducing.shape[0]
+    m = kernels.rows.shape[1]
     label = f"{chosen.label}; {m} inducing environments ({config.sparse.selection})"
     test_seconds = kernels.seconds_between(n_train, n_train + n_test)
     return [
@@ -148,7 +157,7 @@ def sparse_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: SparseKern
             sets, name + SUFFIX, target, residual, n, predictions,
             fit=lambda z, n=n: fit_sparse(kernels.rows[:n], kernels.inducing, z, config, chosen.quadrature),
             test_kernel=kernels.rows[n_train : n_train + n_test], rotated_kernel=kernels.rows[n_train + n_test :],
-            kernel_seconds=(kernels.inducing_seconds + kernels.seconds_between(0, n), test_seconds),
+            kernel_seconds=(kernels.inducing_seconds + kernels.factor_seconds + kernels.seconds_between(0, n), test_seconds),
             hyperparameters=label, n_inducing=m,
         )
         for n in sets.sizes

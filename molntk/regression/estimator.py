@@ -609,8 +609,7 @@ def _scaled_std(fitted: _Fitted, variance: np.ndarray, amplitude: np.ndarray, st
 def _row_blocks(m: int, n: int) -> Iterator[slice]:
     """Consecutive row slices of an (m, n) matrix with at most max(n, :data:`BLOCK_ENTRIES`)
     entries each; one empty slice when m = 0."""
-    step = max(1, BLOCK_ENTRIES // max(n, 1))
-    return (slice(start, min(start + step, m)) for start in range(0, max(m, 1), step))
+    return iter(validation.row_slices(m, max(1, BLOCK_ENTRIES // max(n, 1))))
 
 
 def _test_kernel(value: object, n: int) -> np.ndarray:

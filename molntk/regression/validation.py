@@ -54,19 +54,40 @@ def vector(value: object, name: str, *, length: int) -> np.ndarray:
     return array
 
 
-def symmetric_kernel(value: object, name: str) -> np.ndarray:
-    """A square, symmetric (to :data:`SYMMETRY_RTOL`) kernel matrix, returned as (K + Kᵀ)/2."""
+def symmetric_kernel(value: object, name: str, *, overwrite: bool = False) -> np.ndarray:
+    """A square, symmetric (to :data:`SYMMETRY_RTOL`) kernel matrix, returned as (K + Kᵀ)/2.
+
+    Checked and averaged in blocks of :data:`SYMMETRY_BLOCK` rows (temporaries of that many
+    rows, not of the matrix), in a copy, or with ``overwrite`` in ``value`` itself when it is
+    a writable C-ordered float64 array (a kernel the caller assembled and gives away: one
+    m × m array instead of two)."""
     array = matrix(value, name)
     n, n2 = array.shape
     if n != n2:
         raise InputError(name, f"must be square (a train-train kernel), got shape {array.shape}")
     if n == 0:
         raise InputError(name, "is empty")
-    asym = float(np.max(np.abs(array - array.T)))
-    size = float(np.max(np.abs(array)))
+    if not (overwrite and array.flags.c_contiguous and array.flags.writeable):
+        array = np.array(array, order="C")
+    asym = max(float(np.max(np.abs(array[rows, rows.start:] - array[rows.start:, rows].T))) for rows in row_slices(n, SYMMETRY_BLOCK))
+    size = max(abs(float(array.max())), abs(float(array.min())))
     if asym > SYMMETRY_RTOL * size:
         raise InputError(name, f"is not symmetric: max |K - Kᵀ| = {asym:.3g} (max |K| = {size:.3g})")
-    return 0.5 * (array + array.T)
+    for rows in row_slices(n, SYMMETRY_BLOCK):
+        mean = 0.5 * (array[rows, rows.start:] + array[rows.start:, rows].T)
+        array[rows, rows.start:] = mean
+        array[rows.start:, rows] = mean.T
+    return array
+
+
+#: Rows per block of :func:`symmetric_kernel` and of the in-place Cholesky factor of
+#: :mod:`molntk.regression.nystrom` (temporaries of 1024 × n entries).
+SYMMETRY_BLOCK = 1024
+
+
+def row_slices(m: int, step: int) -> list[slice]:
+    """Consecutive slices of at most ``step`` rows covering 0 … m (one empty slice when m = 0)."""
+    return [slice(start, min(start + step, m)) for start in range(0, max(m, 1), step)]
 
 
 def targets(value: object, name: str, *, rows: int) -> tuple[np.ndarray, bool]:

@@ -270,6 +270,39 @@ def test_cholesky_root_applies_the_inverse_factor_by_triangular_solves() -> None
         np.testing.assert_array_equal(root.features(read_only), root.features(p["K_nm"]))
 
 
+def test_in_place_cholesky_retries_from_the_undamaged_triangle() -> None:
+    """K_mm with a negative eigenvalue of −2.3e-10 · mean diag: the factorisations at 1e-12 …
+    1e-10 fail part way, each leaving part of the upper triangle overwritten; the one at
+    1e-9 succeeds, and gives the factor below, only if every failed attempt was undone
+    exactly (without the undo this test fails). Checked against numpy's Cholesky of the
+    original matrix + 1e-9 · mean diag (cond ≈ 6e9: two Cholesky factors of it agree to
+    ≈ eps · √cond ≈ 1e-11 relative; measured 6e-12, tolerance 1e-9)."""
+    rng = np.random.default_rng(15)
+    U, _ = np.linalg.qr(rng.normal(size=(30, 30)))
+    s = np.concatenate([np.geomspace(10.0, 0.1, 29), [-5e-10]])
+    K = (U * s) @ U.T
+    K = 0.5 * (K + K.T)
+    mean = float(np.mean(np.diag(K)))
+    kept = K.copy()
+    root = factor_inducing(K, 1e-12, "cholesky", overwrite=True)
+    assert root.jitter == pytest.approx(1e-9) and np.shares_memory(root.factor, K)
+    expected = np.linalg.cholesky(kept + root.jitter * mean * np.eye(30)).T
+    np.testing.assert_allclose(root.factor, expected, rtol=0, atol=1e-9 * np.abs(expected).max())
+    assert np.array_equal(np.tril(root.factor, -1), np.zeros((30, 30)))
+    # without overwrite the caller's matrix stays as it was
+    again = kept.copy()
+    factor_inducing(again, 1e-12, "cholesky")
+    np.testing.assert_array_equal(again, kept)
+
+
+def test_a_matrix_no_jitter_makes_positive_definite_is_refused() -> None:
+    K = -np.eye(4)
+    K[0, 0] = 10.0  # mean diagonal > 0, three eigenvalues −1 = −0.14 · mean diag
+    with pytest.raises(InputError, match=r"K_mm: is not positive semi-definite: the Cholesky factorisation .* fails in float64 "
+                                         r"for every j from 1e-12 to 0.01"):
+        factor_inducing(K, 1e-12, "cholesky")
+
+
 @pytest.mark.parametrize("factorisation", ["eigh", "cholesky"])
 def test_a_factor_made_once_serves_every_training_size(factorisation: str) -> None:
     p = problem(n=40, seed=13)

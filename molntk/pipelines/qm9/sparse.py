@@ -17,7 +17,7 @@ For a model listed in ``sparse.models``, with the candidate chosen for its exact
 3. for ``sparse.solver: nystrom``, Θ(inducing, inducing) factored once for every target and
    training size (:func:`~molntk.regression.nystrom.factor_inducing`: eigenvalues below
    ``sparse.rank_rtol`` · s_max dropped, or with ``sparse.factorisation: cholesky`` jittered
-   and Cholesky factored), and the matrix dropped;
+   and Cholesky factored in the matrix's own memory), the matrix replaced by its factor;
 4. per target and training size n: the dressed-atom residual, then, on the first n rows,
    :class:`~molntk.regression.sparse.SparseKernelRegressor` (λ by closed-form LOO, GCV when
    ``regression.cv: gcv``) or :class:`~molntk.regression.falkon.FalkonRegressor`
@@ -116,7 +116,7 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, as
     row_blocks = [(b.row_slice.stop, s) for b, s in zip(assembly.blocks, seconds) if b.matrix == TEST]
     inducing, start = assembly.matrices.pop(f"{candidate.matrix}_train"), time.perf_counter()
     if sparse.solver == "nystrom":
-        inducing = factor_inducing(inducing, sparse.rank_rtol, sparse.factorisation)
+        inducing = factor_inducing(inducing, sparse.rank_rtol, sparse.factorisation, overwrite=True)
     return SparseKernels(
         inducing=inducing,
         rows=assembly.matrices[f"{candidate.matrix}_test"],

@@ -16,7 +16,7 @@ SVD B = Q diag(σ) Wᵀ and C = QᵀY, for λ > 0:
 
 With ``method="cholesky"`` the root is instead R = T⁻¹ (m, m), T upper triangular with
 TᵀT = K_mm + j·mean(diag K_mm)·I for the smallest j of ``rank_rtol``, 10·``rank_rtol``, …
-at which the factorisation succeeds (:func:`jittered_cholesky`): R Rᵀ = (K_mm + jI)⁻¹,
+at which the factorisation succeeds (:func:`cholesky_root`): R Rᵀ = (K_mm + jI)⁻¹,
 so directions of K_mm with eigenvalues s ≫ j enter as in K_mm⁺ and those below j are damped
 by s/(s + j) instead of dropped; r = m. T costs m³/3 flops in level-3 BLAS, against ≈ 9 m³
 for the eigendecomposition (whose tridiagonalisation is level-2): the factorisation for m in
@@ -178,6 +178,7 @@ def _mean_diagonal(K_mm: np.ndarray) -> float:
 
 
 def _not_factored(start: float, dtype: object) -> InputError:
+    """The error of a K_mm that no jitter of :func:`jitters` (``start``) made factorable."""
     return InputError(
         "K_mm",
         f"is not positive semi-definite: the Cholesky factorisation of K_mm + j·mean(diag K_mm)·I fails in {dtype} "

@@ -43,6 +43,7 @@ import torch
 
 from molntk.errors import InputError
 from molntk.regression import validation
+from molntk.regression.blocked_cholesky import CHOLESKY_BLOCK, upper_cholesky_in_place
 from molntk.regression.validation import row_slices
 
 #: Eigenvalues of K_mm at or below RANK_RTOL · s_max are dropped from its pseudo-inverse.
@@ -202,40 +203,11 @@ def jittered_cholesky(
     raise _not_factored(jitter, dtype)
 
 
-#: Rows and columns per block of :func:`upper_cholesky_in_place`.
-CHOLESKY_BLOCK = 1024
-
-
-def upper_cholesky_in_place(A: np.ndarray, block: int) -> int:
-    """Overwrite the upper triangle of the symmetric C-ordered ``A`` with T, TᵀT = A, by the
-    right-looking blocked algorithm (blocks of ``block`` rows): for each diagonal block k, T_kk = chol(A_kk),
-    T_k,>k = T_kk⁻ᵀ A_k,>k, and for each later block row i, A_i,≥i −= T_k,iᵀ T_k,≥i (m³/3
-    flops in matrix products on views of A, torch's BLAS). Outside the diagonal blocks the
-    strict lower triangle is never read or written. Returns 0, or as LAPACK's info the
-    (1-based) position of the first pivot that is not positive; A's upper triangle and
-    diagonal blocks are then part way through. (LAPACK through scipy is not used: its
-    32-bit OpenBLAS faults on matrices over 2³¹ bytes.)"""
-    t = torch.from_numpy(A)
-    m = len(A)
-    for k in row_slices(m, block):
-        T_kk, info = torch.linalg.cholesky_ex(t[k, k], upper=True)
-        if int(info):
-            return k.start + int(info)
-        t[k, k] = T_kk
-        if k.stop == m:
-            return 0
-        right = t[k, k.stop :]
-        right.copy_(torch.linalg.solve_triangular(T_kk.mT, right, upper=False))
-        for i in row_slices(m - k.stop, block):
-            rows = slice(k.stop + i.start, k.stop + i.stop)
-            t[rows, rows.start :] -= right[:, i].mT @ right[:, i.start :]
-    return 0
-
-
 def cholesky_root(K_mm: np.ndarray, rank_rtol: float) -> InducingRoot:
     """T with TᵀT = K_mm + j·mean(diag K_mm)·I, j the first of :func:`jitters` (``rank_rtol``)
     at which the factorisation succeeds, computed in the memory of ``K_mm`` (symmetric,
-    C-ordered, overwritten) by :func:`upper_cholesky_in_place`, which leaves the strict lower
+    C-ordered, overwritten) by :func:`~molntk.regression.blocked_cholesky.upper_cholesky_in_place`,
+    which leaves the strict lower
     triangle outside the diagonal blocks as it was: a failed attempt is undone from it, the
     saved diagonal blocks and the saved diagonal; the lower triangle is zeroed at the end."""
     diagonal = np.diag(K_mm).copy()

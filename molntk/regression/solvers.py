@@ -3,7 +3,7 @@
 K (n, n) symmetric PSD, λ ≥ 0 (> 0 for PCG preconditioners and Nyström), Y (n,) or (n, k)
 (several targets at once); X has Y's shape. All in float64.
 
-- :func:`cholesky_solve`: K + λI = L Lᵀ (:func:`cholesky_factor`: LAPACK potrf via scipy,
+- :func:`cholesky_solve`: K + λI = L Lᵀ (:func:`cholesky_factor`: blocked, on torch's BLAS,
   lower triangle of K only), X = L⁻ᵀ L⁻¹ Y. O(n³/3) time, n² memory: the exact solve "when it fits"
   (:func:`cholesky_fits`: 8 n² bytes within the memory budget).
 - :func:`pcg_solve`: conjugate gradients on all k columns at once (one product (K + λI) P
@@ -36,6 +36,7 @@ import numpy as np
 import scipy.linalg
 
 from molntk.errors import InputError
+from molntk.regression.blocked_cholesky import lower_cholesky_in_place
 from molntk.regression.nystrom import RANK_RTOL, factor_inducing, nystrom_factors
 from molntk.regression.validation import matrix, nonnegative, positive, restore, targets
 from molntk.utils.checks import integer
@@ -90,10 +91,10 @@ def cholesky_fits(n: int, budget_bytes: int) -> bool:
 
 
 def cholesky_factor(K: Any, reg: float) -> np.ndarray:
-    """Lower Cholesky factor L of K + λI = L Lᵀ (n, n), Fortran-ordered: LAPACK potrf on a
-    copy of K in which only the lower triangle is read; the strict upper triangle of the
-    result keeps K's entries (LAPACK and :func:`scipy.linalg.cho_solve` with ``lower=True``
-    ignore it).
+    """Lower Cholesky factor L of K + λI = L Lᵀ (n, n), Fortran-ordered, in a copy of K
+    (:func:`~molntk.regression.blocked_cholesky.lower_cholesky_in_place`, any n; the strict
+    upper triangle is not part of the factor: LAPACK and :func:`scipy.linalg.cho_solve` with
+    ``lower=True`` ignore it).
 
     Raises InputError naming ``K_train`` when K + λI is not positive definite.
     """
@@ -101,11 +102,9 @@ def cholesky_factor(K: Any, reg: float) -> np.ndarray:
     reg = nonnegative(reg, "reg")
     A = np.array(K_arr, dtype=np.float64, order="F")
     A[np.diag_indices_from(A)] += reg
-    try:
-        factor, _ = scipy.linalg.cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
-    except np.linalg.LinAlgError:
-        raise InputError("K_train", f"K + λI is not positive definite (λ = {reg:g}); use a larger regulariser") from None
-    return factor
+    if lower_cholesky_in_place(A) != 0:
+        raise InputError("K_train", f"K + λI is not positive definite (λ = {reg:g}); use a larger regulariser")
+    return A
 
 
 def cholesky_solve(K: Any, Y: Any, reg: float) -> Solution:

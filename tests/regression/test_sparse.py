@@ -271,28 +271,6 @@ def test_cholesky_root_applies_the_inverse_factor_by_triangular_solves() -> None
         np.testing.assert_array_equal(root.features(read_only), root.features(p["K_nm"]))
 
 
-@pytest.mark.parametrize("block", [7, 10, 64])  # blocks that do not, do, and (one block) divide m = 30
-def test_blocked_in_place_cholesky_is_lapacks_factor(block: int) -> None:
-    """The blocked factor equals numpy's (LAPACK) Cholesky of the same SPD matrix (cond ≈ 1e3:
-    factors agree to ≈ eps · √cond ≈ 1e-14 relative; tolerance 1e-12), the strict lower
-    triangle outside the diagonal blocks is untouched, and a matrix that is not positive
-    definite is reported at its first bad pivot, as LAPACK's info."""
-    rng = np.random.default_rng(16)
-    U, _ = np.linalg.qr(rng.normal(size=(30, 30)))
-    A = (U * np.geomspace(10.0, 0.01, 30)) @ U.T
-    A = 0.5 * (A + A.T)
-    kept = A.copy()
-    assert nystrom.upper_cholesky_in_place(A, block) == 0
-    expected = np.linalg.cholesky(kept).T
-    np.testing.assert_allclose(np.triu(A), expected, rtol=0, atol=1e-12 * np.abs(expected).max())
-    outside = np.tril(np.ones((30, 30), dtype=bool), -1)
-    for start in range(0, 30, block):
-        outside[start : start + block, start : start + block] = False
-    np.testing.assert_array_equal(A[outside], kept[outside])
-    indefinite = np.diag(np.r_[np.ones(12), -1.0, np.ones(17)])
-    assert nystrom.upper_cholesky_in_place(indefinite, block) == 13
-
-
 @pytest.mark.parametrize("block", [7, 1024])
 def test_in_place_cholesky_retries_from_the_undamaged_triangle(monkeypatch, block: int) -> None:
     """K_mm with a negative eigenvalue of −2.3e-10 · mean diag: the factorisations at 1e-12 …

@@ -207,9 +207,9 @@ def cholesky_root(K_mm: np.ndarray, rank_rtol: float) -> InducingRoot:
     """T with TᵀT = K_mm + j·mean(diag K_mm)·I, j the first of :func:`jitters` (``rank_rtol``)
     at which the factorisation succeeds, computed in the memory of ``K_mm`` (symmetric,
     C-ordered, overwritten) by :func:`~molntk.regression.blocked_cholesky.upper_cholesky_in_place`,
-    which leaves the strict lower
-    triangle outside the diagonal blocks as it was: a failed attempt is undone from it, the
-    saved diagonal blocks and the saved diagonal; the lower triangle is zeroed at the end."""
+    which leaves the strict lower triangle outside the diagonal blocks as it was: a failed
+    attempt is undone from it, the saved diagonal blocks and the saved diagonal; the lower
+    triangle is zeroed at the end."""
     diagonal = np.diag(K_mm).copy()
     mean_diag = _mean_diagonal(K_mm)
     blocks = row_slices(len(K_mm), CHOLESKY_BLOCK)

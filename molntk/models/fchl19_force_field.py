@@ -66,12 +66,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.models.so3_ntk import as_molecules
+from molntk.regression.blocked_cholesky import SymmetricBackup, cholesky_solve_in_place
 from molntk.regression.dressed_atom import element_counts
 
 logger = logging.getLogger(__name__)
@@ -138,31 +138,6 @@ def energy_kernel(train: _Reps, query: _Reps, sigma: float) -> np.ndarray:
     return np.hstack([k_ee, k_ef.T])
 
 
-def _restore(K: np.ndarray, diagonal: np.ndarray) -> None:
-    """K symmetric again after a Cholesky factorisation overwrote its lower triangle in place
-    (the upper triangle is intact; the diagonal is given), a block of columns at a time."""
-    block = 1024
-    for j in range(0, len(K), block):
-        end = j + block
-        K[end:, j:end] = K[j:end, end:].T
-        upper = np.triu(K[j:end, j:end], 1)
-        K[j:end, j:end] = upper + upper.T
-    K[np.diag_indices_from(K)] = diagonal
-
-
-def _solve(K: np.ndarray, y: np.ndarray, reg: float, diagonal: np.ndarray) -> np.ndarray | None:
-    """(K + reg I)⁻¹ y by one Cholesky factorisation in place (no copy of K: the kernel is
-    the memory of the model), K restored afterwards (``diagonal``: its diagonal); None where
-    K + reg I is not positive definite in floating point (reg too small for the kernel's
-    conditioning)."""
-    K[np.diag_indices_from(K)] = diagonal + reg
-    try:
-        factor = scipy.linalg.cho_factor(K, lower=True, overwrite_a=True, check_finite=False)
-        return scipy.linalg.cho_solve(factor, y, check_finite=False)
-    except np.linalg.LinAlgError:
-        return None
-    finally:
-        _restore(K, diagonal)
 
 
 class FCHL19ForceField(RegressorMixin, BaseEstimator):
@@ -219,16 +194,16 @@ class FCHL19ForceField(RegressorMixin, BaseEstimator):
         atom_energies = np.linalg.lstsq(counts, E, rcond=None)[0]
         y = np.concatenate([E - counts @ atom_energies] + [f.ravel() for f in F])
         K = training_kernel(reps, sigma)
-        diagonal = K.diagonal().copy()
-        scale = float(np.mean(diagonal))
+        backup = SymmetricBackup(K)
+        scale = float(np.mean(backup.diagonal))
         out = []
         for lam in lambdas:
-            coef = _solve(K, y, lam * scale, diagonal)
+            coef = cholesky_solve_in_place(K, y, lam * scale, backup)
             while coef is None and escalate and lam < 1.0:
                 logger.warning("FCHL19 force field: K + λI is not positive definite at λ = %.3g × mean(diag K) "
                                "(σ = %g); raising λ a hundredfold", lam, sigma)
                 lam *= 100.0
-                coef = _solve(K, y, lam * scale, diagonal)
+                coef = cholesky_solve_in_place(K, y, lam * scale, backup)
             if coef is None and escalate:
                 raise InputError("lambdas", f"K + λI is not positive definite even at λ = {lam:g} × mean(diag K) "
                                  f"(σ = {sigma:g}): the kernel is not finite or not a kernel")

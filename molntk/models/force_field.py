@@ -109,6 +109,7 @@ from molntk.molecular.pooled_derivatives import (
     value_budget,
 )
 from molntk.molecular.so3 import SO3MolecularKernel
+from molntk.regression.blocked_cholesky import CHOLESKY_BLOCK, upper_cholesky_in_place
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, NoiseChoice, cholesky_grouped_residuals, climb_noise,
                                             grouped_residuals, loo_criterion, on_grid_edge, search_noise)
@@ -564,15 +565,14 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
 
 
 def solve_joint(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, lam_e: float, lam_f: float) -> np.ndarray:
-    """α = (K + diag(λ_E on energy rows, λ_F on force rows))⁻¹ y (Cholesky; LU if not positive
-    definite), in one working copy of K."""
+    """α = (K + diag(λ_E on energy rows, λ_F on force rows))⁻¹ y (the blocked Cholesky of
+    :mod:`~molntk.regression.blocked_cholesky`; LU if not positive definite), in one working
+    copy of K."""
     lam = np.where(is_force, lam_f, lam_e)
-    a = K.copy()
+    a = np.array(K, order="C")
     a[np.diag_indices_from(a)] += lam
-    try:
-        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(a, lower=True, overwrite_a=True, check_finite=False), y,
-                                      check_finite=False)
-    except np.linalg.LinAlgError:
-        a[:] = K
-        a[np.diag_indices_from(a)] += lam
-        return scipy.linalg.solve(a, y, overwrite_a=True, check_finite=False)
+    if upper_cholesky_in_place(a, CHOLESKY_BLOCK) == 0:
+        return scipy.linalg.cho_solve((a.T, True), y, check_finite=False)
+    a[:] = K
+    a[np.diag_indices_from(a)] += lam
+    return scipy.linalg.solve(a, y, overwrite_a=True, check_finite=False)

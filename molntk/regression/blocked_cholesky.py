@@ -1,20 +1,24 @@
 """The Cholesky factorisation of a large symmetric matrix in its own memory, on torch's BLAS.
 
-scipy's LAPACK runs on a 32-bit-index OpenBLAS whose dpotrf faults on matrices of more than
-2³¹ bytes (n > 16,383 in float64; measured: n = 17,000 segfaults, 12,000 does not), while its
-triangular solves do not. :func:`upper_cholesky_in_place` factors any size without a copy
+scipy's OpenBLAS faults in its multithreaded dpotrf on large matrices (measured with two
+threads: n = 17,000 segfaults, n = 12,000 does not; on one thread n = 17,000 factors; the
+sGDML baseline met the same fault at n = 27,000), while its triangular solves, dpotri and
+LU do not (n ≈ 16,500). :func:`upper_cholesky_in_place` factors any size without a copy
 of the matrix: the right-looking blocked algorithm, for each diagonal block k,
 
     T_kk = chol(A_kk),   T_k,>k = T_kk⁻ᵀ A_k,>k,   A_i,≥i −= T_k,iᵀ T_k,≥i  (later block rows i),
 
 m³/3 flops in matrix products on views of A. Only the upper triangle of A and its
 diagonal blocks are written; the strict lower triangle outside the diagonal blocks keeps
-A's entries (a caller can undo a failed attempt from it).
+A's entries, so that :class:`SymmetricBackup` (the diagonal blocks) makes A whole again
+afterwards: :func:`cholesky_solve_in_place` solves with a kernel matrix that is the memory
+of a model, for several shifts, without a copy of it.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg
 import torch
 
 from molntk.regression.validation import row_slices
@@ -50,3 +54,54 @@ def lower_cholesky_in_place(A: np.ndarray) -> int:
     (LAPACK's layout: A's transpose view is C-ordered and its upper triangle is Lᵀ), in
     blocks of :data:`CHOLESKY_BLOCK`."""
     return upper_cholesky_in_place(A.T, CHOLESKY_BLOCK)
+
+
+def c_ordered_view(A: np.ndarray) -> np.ndarray:
+    """A symmetric matrix as a C-ordered view of its memory: itself, or for a Fortran-ordered
+    one its transpose (the same matrix)."""
+    if A.flags.c_contiguous:
+        return A
+    if A.flags.f_contiguous:
+        return A.T
+    raise ValueError("the matrix must be C- or Fortran-contiguous to be factored in place")
+
+
+class SymmetricBackup:
+    """The diagonal blocks (of :data:`CHOLESKY_BLOCK` rows, ``block``) of a symmetric C-ordered
+    matrix: with its strict lower triangle, which :func:`upper_cholesky_in_place` with the
+    same ``block`` leaves outside them, all of it."""
+
+    def __init__(self, A: np.ndarray) -> None:
+        A = c_ordered_view(A)
+        self.block = CHOLESKY_BLOCK
+        self.blocks = row_slices(len(A), self.block)
+        self.diagonal_blocks = [A[k, k].copy() for k in self.blocks]
+
+    @property
+    def diagonal(self) -> np.ndarray:
+        """The matrix's diagonal."""
+        return np.concatenate([np.diag(block) for block in self.diagonal_blocks])
+
+    def restore(self, A: np.ndarray) -> None:
+        """A as it was backed up: the diagonal blocks, then the upper triangle from the lower,
+        a block of rows at a time (temporaries of ``block`` rows)."""
+        A = c_ordered_view(A)
+        for k, block in zip(self.blocks, self.diagonal_blocks):
+            A[k, k] = block
+        for rows in self.blocks:
+            A[rows, rows.start :] = np.triu(A[rows.start :, rows].T, k=1) + np.tril(A[rows, rows.start :])
+
+
+def cholesky_solve_in_place(A: np.ndarray, Y: np.ndarray, shift: np.ndarray | float,
+                            backup: SymmetricBackup) -> np.ndarray | None:
+    """(A + diag(shift))⁻¹ Y by the blocked Cholesky factor made in the memory of the symmetric
+    ``A`` (:func:`c_ordered_view`; backed up in ``backup`` before), A restored afterwards; None
+    when A + diag(shift) is not positive definite. The solve is LAPACK's dpotrs (scipy)."""
+    A = c_ordered_view(A)
+    np.fill_diagonal(A, backup.diagonal + shift)
+    try:
+        if upper_cholesky_in_place(A, backup.block) != 0:
+            return None
+        return scipy.linalg.cho_solve((A.T, True), Y, check_finite=False)
+    finally:
+        backup.restore(A)

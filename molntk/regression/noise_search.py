@@ -31,6 +31,7 @@ import scipy.linalg
 import torch
 
 from molntk.errors import InputError
+from molntk.regression.blocked_cholesky import lower_cholesky_in_place
 
 #: Noise scales ρ of the CV grid: λ_E = ρ s_E (half decades; the low end is reached only by
 #: kernels accurate enough for a floor ``psd_rtol`` that low: noise-free energies and forces
@@ -139,14 +140,14 @@ def cholesky_grouped_residuals(K: torch.Tensor, y: torch.Tensor, lam: torch.Tens
 
 
 def _cpu_lower_inverse(K: np.ndarray, lam: np.ndarray) -> np.ndarray | None:
-    """The lower triangle of (K + diag(λ))⁻¹ in one working copy (LAPACK dpotrf, dpotri), or None
-    when K + diag(λ) is not positive definite."""
+    """The lower triangle of (K + diag(λ))⁻¹ in one working copy (the blocked Cholesky of
+    :mod:`~molntk.regression.blocked_cholesky`, then LAPACK dpotri), or None when K + diag(λ)
+    is not positive definite."""
     work = np.array(K, order="F", copy=True)
     work[np.diag_indices_from(work)] += lam
-    factor, info = scipy.linalg.lapack.dpotrf(work, lower=1, clean=0, overwrite_a=1)
-    if info != 0:
+    if lower_cholesky_in_place(work) != 0:
         return None
-    inverse, info = scipy.linalg.lapack.dpotri(factor, lower=1, overwrite_c=1)
+    inverse, info = scipy.linalg.lapack.dpotri(work, lower=1, overwrite_c=1)
     return inverse if info == 0 else None
 
 

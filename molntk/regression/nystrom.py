@@ -43,8 +43,7 @@ import torch
 
 from molntk.errors import InputError
 from molntk.regression import validation
-from molntk.regression.blocked_cholesky import CHOLESKY_BLOCK, upper_cholesky_in_place
-from molntk.regression.validation import row_slices
+from molntk.regression.blocked_cholesky import SymmetricBackup, upper_cholesky_in_place
 
 #: Eigenvalues of K_mm at or below RANK_RTOL · s_max are dropped from its pseudo-inverse.
 RANK_RTOL = 1e-12
@@ -208,22 +207,17 @@ def cholesky_root(K_mm: np.ndarray, rank_rtol: float) -> InducingRoot:
     at which the factorisation succeeds, computed in the memory of ``K_mm`` (symmetric,
     C-ordered, overwritten) by :func:`~molntk.regression.blocked_cholesky.upper_cholesky_in_place`,
     which leaves the strict lower triangle outside the diagonal blocks as it was: a failed
-    attempt is undone from it, the saved diagonal blocks and the saved diagonal; the lower
-    triangle is zeroed at the end."""
-    diagonal = np.diag(K_mm).copy()
+    attempt is undone from it and the saved diagonal blocks (:class:`SymmetricBackup`); the
+    lower triangle is zeroed at the end."""
+    backup = SymmetricBackup(K_mm)
     mean_diag = _mean_diagonal(K_mm)
-    blocks = row_slices(len(K_mm), CHOLESKY_BLOCK)
-    saved = [K_mm[k, k].copy() for k in blocks]
     for relative in jitters(rank_rtol):
-        np.fill_diagonal(K_mm, diagonal + relative * mean_diag)
-        if upper_cholesky_in_place(K_mm, CHOLESKY_BLOCK) == 0:
-            for rows in blocks:
+        np.fill_diagonal(K_mm, backup.diagonal + relative * mean_diag)
+        if upper_cholesky_in_place(K_mm, backup.block) == 0:
+            for rows in backup.blocks:
                 K_mm[rows, : rows.stop] = np.triu(K_mm[rows, : rows.stop], k=rows.start)
             return InducingRoot(K_mm, "cholesky", rank_rtol, 0, math.nan, relative)
-        for k, block in zip(blocks, saved):
-            K_mm[k, k] = block
-        for rows in blocks:  # the upper triangle again from the lower
-            K_mm[rows, rows.start :] = np.triu(K_mm[rows.start :, rows].T, k=1) + np.tril(K_mm[rows, rows.start :])
+        backup.restore(K_mm)
     raise _not_factored(rank_rtol, "float64")
 
 

@@ -18,7 +18,6 @@ from molntk.errors import InputError
 from molntk.models.fchl19_force_field import (
     FCHL19ForceField,
     _Reps,
-    _solve,
     energy_kernel,
     query_kernel,
     training_kernel,
@@ -248,17 +247,3 @@ def test_bad_input_is_refused_naming_it(fitted, frames):
         fitted.predict_forces([molecules[0], nitrogen])
     with pytest.raises(InputError, match=r"^X: no molecules"):
         fitted.predict([])
-
-
-def test_the_solve_says_none_for_a_matrix_that_is_not_positive_definite_and_restores_it():
-    rng = np.random.default_rng(0)
-    A = rng.normal(size=(1500, 1500))
-    K = A @ A.T / 1500
-    K[0, 1] = K[1, 0] = 100.0
-    before = K.copy()
-    assert _solve(K, np.ones(1500), 1e-8, np.diag(K).copy()) is None
-    np.testing.assert_array_equal(K, before)
-    K[0, 1] = K[1, 0] = 0.0
-    y = rng.normal(size=1500)
-    coef = _solve(K, y, 1e-3, np.diag(K).copy())
-    np.testing.assert_allclose((K + 1e-3 * np.eye(1500)) @ coef, y, atol=1e-9)

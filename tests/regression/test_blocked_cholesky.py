@@ -8,7 +8,7 @@ import pytest
 
 from molntk.errors import InputError
 from molntk.regression import blocked_cholesky
-from molntk.regression.blocked_cholesky import upper_cholesky_in_place
+from molntk.regression.blocked_cholesky import SymmetricBackup, cholesky_solve_in_place, upper_cholesky_in_place
 from molntk.regression.solvers import cholesky_factor, cholesky_solve
 
 
@@ -49,3 +49,22 @@ def test_exact_solver_factor_spans_several_blocks(monkeypatch) -> None:
     np.testing.assert_allclose(cholesky_solve(garbage, Y, 0.1).x, np.linalg.solve(K + 0.1 * np.eye(13), Y), rtol=1e-10)
     with pytest.raises(InputError, match="K_train: K \\+ λI is not positive definite"):
         cholesky_factor(-np.eye(13), 0.0)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])  # FCHL19's kernels come Fortran-ordered from qmllib
+def test_solve_in_place_says_none_when_not_positive_definite_and_restores_the_matrix(order: str) -> None:
+    """1,500 × 1,500 (two blocks of 1,024): a failed factorisation and a successful solve each
+    leave the matrix exactly as it was; the solve's residual is at rounding (cond ≈ 1e4)."""
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(1500, 1500))
+    K = np.array(A @ A.T / 1500, order=order)
+    K[0, 1] = K[1, 0] = 100.0
+    before = K.copy()
+    assert cholesky_solve_in_place(K, np.ones(1500), 1e-8, SymmetricBackup(K)) is None
+    np.testing.assert_array_equal(K, before)
+    K[0, 1] = K[1, 0] = 0.0
+    before = K.copy()
+    y = rng.normal(size=1500)
+    coef = cholesky_solve_in_place(K, y, 1e-3, SymmetricBackup(K))
+    np.testing.assert_array_equal(K, before)
+    np.testing.assert_allclose((K + 1e-3 * np.eye(1500)) @ coef, y, atol=1e-9)

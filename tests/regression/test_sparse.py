@@ -21,7 +21,7 @@ from sklearn.linear_model import Ridge
 
 from molntk.errors import InputError
 from molntk.regression import IllConditionedWarning, KernelRegressor
-from molntk.regression import nystrom
+from molntk.regression import blocked_cholesky
 from molntk.regression.nystrom import factor_inducing
 from molntk.regression.selection import DEFAULT_RELATIVE_GRID
 from molntk.regression.solvers import nystrom_solve
@@ -280,7 +280,7 @@ def test_in_place_cholesky_retries_from_the_undamaged_triangle(monkeypatch, bloc
     original matrix + 1e-9 · mean diag (cond ≈ 6e9: two Cholesky factors of it agree to
     ≈ eps · √cond ≈ 1e-11 relative; measured 6e-12, tolerance 1e-9), with one block and with
     blocks of 7 rows."""
-    monkeypatch.setattr(nystrom, "CHOLESKY_BLOCK", block)
+    monkeypatch.setattr(blocked_cholesky, "CHOLESKY_BLOCK", block)
     rng = np.random.default_rng(15)
     U, _ = np.linalg.qr(rng.normal(size=(30, 30)))
     s = np.concatenate([np.geomspace(10.0, 0.1, 29), [-5e-10]])

@@ -138,8 +138,6 @@ def energy_kernel(train: _Reps, query: _Reps, sigma: float) -> np.ndarray:
     return np.hstack([k_ee, k_ef.T])
 
 
-
-
 class FCHL19ForceField(RegressorMixin, BaseEstimator):
     """FCHL19 with force kernels through ``qmllib`` (module docstring): ``sigmas`` (the kernel
     width grid, or one value), ``lambdas`` (the regularisation grid relative to mean(diag K),

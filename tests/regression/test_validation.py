@@ -16,7 +16,7 @@ def nearly_symmetric(n: int, seed: int = 0) -> np.ndarray:
     return A + A.T + 1e-9 * rng.normal(size=(n, n))
 
 
-@pytest.mark.parametrize("block", [3, 7, 1024])  # blocks that do and do not divide n = 20
+@pytest.mark.parametrize("block", [3, 7, 1024])  # blocks of 3 and 7 rows (a remainder at n = 20), one block
 def test_blockwise_symmetrisation_is_the_mean_with_the_transpose(monkeypatch, block: int) -> None:
     monkeypatch.setattr(validation, "SYMMETRY_BLOCK", block)
     K = nearly_symmetric(20)

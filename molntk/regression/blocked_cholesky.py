@@ -92,16 +92,26 @@ class SymmetricBackup:
             A[rows, rows.start :] = np.triu(A[rows.start :, rows].T, k=1) + np.tril(A[rows, rows.start :])
 
 
+def shifted_cholesky_in_place(A: np.ndarray, shift: np.ndarray | float, backup: SymmetricBackup) -> bool:
+    """Factor A + diag(shift) in the memory of the symmetric C-ordered ``A`` (its diagonal
+    set from ``backup``, made before): True with T in A's upper triangle, or False with A
+    restored when A + diag(shift) is not positive definite."""
+    np.fill_diagonal(A, backup.diagonal + shift)
+    if upper_cholesky_in_place(A, backup.block) == 0:
+        return True
+    backup.restore(A)
+    return False
+
+
 def cholesky_solve_in_place(A: np.ndarray, Y: np.ndarray, shift: np.ndarray | float,
                             backup: SymmetricBackup) -> np.ndarray | None:
-    """(A + diag(shift))⁻¹ Y by the blocked Cholesky factor made in the memory of the symmetric
-    ``A`` (:func:`c_ordered_view`; backed up in ``backup`` before), A restored afterwards; None
-    when A + diag(shift) is not positive definite. The solve is LAPACK's dpotrs (scipy)."""
+    """(A + diag(shift))⁻¹ Y by :func:`shifted_cholesky_in_place` on the symmetric ``A``
+    (:func:`c_ordered_view`), A restored afterwards; None when A + diag(shift) is not positive
+    definite. The solve is LAPACK's dpotrs (scipy)."""
     A = c_ordered_view(A)
-    np.fill_diagonal(A, backup.diagonal + shift)
+    if not shifted_cholesky_in_place(A, shift, backup):
+        return None
     try:
-        if upper_cholesky_in_place(A, backup.block) != 0:
-            return None
         return scipy.linalg.cho_solve((A.T, True), Y, check_finite=False)
     finally:
         backup.restore(A)

@@ -43,7 +43,7 @@ import torch
 
 from molntk.errors import InputError
 from molntk.regression import validation
-from molntk.regression.blocked_cholesky import SymmetricBackup, upper_cholesky_in_place
+from molntk.regression.blocked_cholesky import SymmetricBackup, shifted_cholesky_in_place
 
 #: Eigenvalues of K_mm at or below RANK_RTOL · s_max are dropped from its pseudo-inverse.
 RANK_RTOL = 1e-12
@@ -205,19 +205,17 @@ def jittered_cholesky(
 def cholesky_root(K_mm: np.ndarray, rank_rtol: float) -> InducingRoot:
     """T with TᵀT = K_mm + j·mean(diag K_mm)·I, j the first of :func:`jitters` (``rank_rtol``)
     at which the factorisation succeeds, computed in the memory of ``K_mm`` (symmetric,
-    C-ordered, overwritten) by :func:`~molntk.regression.blocked_cholesky.upper_cholesky_in_place`,
+    C-ordered, overwritten) by :func:`~molntk.regression.blocked_cholesky.shifted_cholesky_in_place`,
     which leaves the strict lower triangle outside the diagonal blocks as it was: a failed
     attempt is undone from it and the saved diagonal blocks (:class:`SymmetricBackup`); the
     lower triangle is zeroed at the end."""
     backup = SymmetricBackup(K_mm)
     mean_diag = _mean_diagonal(K_mm)
     for relative in jitters(rank_rtol):
-        np.fill_diagonal(K_mm, backup.diagonal + relative * mean_diag)
-        if upper_cholesky_in_place(K_mm, backup.block) == 0:
+        if shifted_cholesky_in_place(K_mm, relative * mean_diag, backup):
             for rows in backup.blocks:
                 K_mm[rows, : rows.stop] = np.triu(K_mm[rows, : rows.stop], k=rows.start)
             return InducingRoot(K_mm, "cholesky", rank_rtol, 0, math.nan, relative)
-        backup.restore(K_mm)
     raise _not_factored(rank_rtol, "float64")
 
 

@@ -54,6 +54,10 @@ def vector(value: object, name: str, *, length: int) -> np.ndarray:
     return array
 
 
+#: Rows per block of :func:`symmetric_kernel` (temporaries of 1024 × n entries).
+SYMMETRY_BLOCK = 1024
+
+
 def symmetric_kernel(value: object, name: str, *, overwrite: bool = False) -> np.ndarray:
     """A square, symmetric (to :data:`SYMMETRY_RTOL`) kernel matrix, returned as (K + Kᵀ)/2.
 
@@ -78,11 +82,6 @@ def symmetric_kernel(value: object, name: str, *, overwrite: bool = False) -> np
         array[rows, rows.start:] = mean
         array[rows.start:, rows] = mean.T
     return array
-
-
-#: Rows per block of :func:`symmetric_kernel` and of the in-place Cholesky factor of
-#: :mod:`molntk.regression.nystrom` (temporaries of 1024 × n entries).
-SYMMETRY_BLOCK = 1024
 
 
 def row_slices(m: int, step: int) -> list[slice]:

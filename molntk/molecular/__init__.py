@@ -20,14 +20,15 @@ except the Laplacian kernels on global descriptors, K(M, M') = exp(−‖x(M) �
   :class:`InducingSet` (inducing atoms of sparse models, by feature maps or per-atom descriptors);
 - :mod:`~molntk.molecular.descriptors`: :class:`AtomDescriptors`, :class:`GlobalDescriptors`;
 - :mod:`~molntk.molecular.blocks`: :class:`BlockKernelOf`, a kernel on a set as a block
-  kernel of :mod:`molntk.scale` (cache key: kernel settings + molecule fingerprint).
+  kernel of :mod:`molntk.scale` (cache key: kernel settings; blocks known by their
+  molecules' content digests).
 """
 
 from molntk.molecular.blocks import BlockKernelOf
 from molntk.molecular.descriptors import AtomDescriptors, GlobalDescriptors
 from molntk.molecular.pair_sum import PAIRINGS, REDUCTIONS, pair_sum
 from molntk.molecular.protocol import Descriptors, KernelMatrices, MolecularKernel
-from molntk.molecular.sets import InducingSet, MoleculeSet, molecule_fingerprint
+from molntk.molecular.sets import InducingSet, MoleculeSet, molecule_digests
 from molntk.molecular.so3 import SO3_PAIRINGS, SO3MolecularKernel
 
 __all__ = [
@@ -43,6 +44,6 @@ __all__ = [
     "MolecularKernel",
     "MoleculeSet",
     "SO3MolecularKernel",
-    "molecule_fingerprint",
+    "molecule_digests",
     "pair_sum",
 ]

@@ -8,9 +8,14 @@ makes of a subset before comparing it (``prepare``: a power spectrum's spectra) 
 for the blocks that share the subset (a row block's every block).
 
 Cache key: SHA-256 of the kernel's ``settings()`` (everything that defines its values
-except the device), the matrices kept, and the molecule set's fingerprint (its molecules
-in order, their features' dtype and, for an inducing set, the inducing rows). The device is
-not part of it: a block computed on a GPU is reused on the CPU (equal to rounding).
+except the device), the matrices kept and the features' dtype; item keys: each molecule's
+content digest (for an inducing set, each inducing atom's molecule and atom index first,
+:meth:`~molntk.molecular.sets.InducingSet.item_keys`). Every kernel here describes a
+molecule by itself alone (feature maps, descriptors), so a block's values depend on those
+and on nothing else of the set: the cache (:mod:`molntk.scale.cache`) finds a block of the
+same molecules in any run of the same kernel, at any position, e.g. the first rows of a
+learning curve extended to more molecules. The device is not part of the key: a block
+computed on a GPU is reused on the CPU (equal to rounding).
 """
 
 from __future__ import annotations
@@ -55,12 +60,17 @@ class BlockKernelOf:
         self.descriptors = kernel.describe(molecules)
         self._prepared: OrderedDict[bytes, object] = OrderedDict()
         self.n_molecules = len(group)
-        material = {"kernel": kernel.settings(), "outputs": self.outputs, "molecules": group.fingerprint()}
+        material = {"kernel": kernel.settings(), "outputs": self.outputs, "dtype": str(group.dtype)}
         self._key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
+        self._item_keys = group.item_keys()
 
     def cache_key(self) -> str:
-        """Content hash of the kernel's settings, the matrices kept and the molecule set."""
+        """Content hash of the kernel's settings, the matrices kept and the features' dtype."""
         return self._key
+
+    def item_keys(self) -> np.ndarray:
+        """(n_molecules, 32) uint8: the content digest of each molecule (or inducing atom)."""
+        return self._item_keys
 
     def compute_block(self, rows: np.ndarray, cols: np.ndarray | None) -> dict[str, np.ndarray]:
         """K[rows, cols] of every kept matrix; ``cols=None``: the symmetric call on rows."""

@@ -18,14 +18,19 @@ from molntk.features.inducing import concatenate, environments_as_molecules
 from molntk.molecular.descriptors import AtomDescriptors
 
 
-def molecule_fingerprint(molecules: Sequence[Molecule]) -> str:
-    """SHA-256 over (n_atoms, numbers as int64, positions as float64) of every molecule, in order."""
-    h = hashlib.sha256(str(len(molecules)).encode())
-    for m in molecules:
-        h.update(np.int64(m.n_atoms).tobytes())
+#: Bytes of an item key (:meth:`MoleculeSet.item_keys`): a SHA-256 digest.
+ITEM_KEY_BYTES = 32
+
+
+def molecule_digests(molecules: Sequence[Molecule]) -> np.ndarray:
+    """(n, 32) uint8: SHA-256 over (n_atoms, numbers as int64, positions as float64) of each molecule."""
+    out = np.empty((len(molecules), ITEM_KEY_BYTES), dtype=np.uint8)
+    for i, m in enumerate(molecules):
+        h = hashlib.sha256(np.int64(m.n_atoms).tobytes())
         h.update(np.ascontiguousarray(m.numbers, dtype=np.int64).tobytes())
         h.update(np.ascontiguousarray(m.positions, dtype=np.float64).tobytes())
-    return h.hexdigest()
+        out[i] = np.frombuffer(h.digest(), dtype=np.uint8)
+    return out
 
 
 @dataclass
@@ -62,9 +67,10 @@ class MoleculeSet:
         self._environments.clear()
         self._descriptors.clear()
 
-    def fingerprint(self) -> str:
-        """SHA-256 of the molecules (:func:`molecule_fingerprint`) and the features' dtype (not the device)."""
-        return hashlib.sha256(f"{molecule_fingerprint(self.molecules)} {self.dtype}".encode()).hexdigest()
+    def item_keys(self) -> np.ndarray:
+        """(n, 32) uint8: each molecule's content digest (:func:`molecule_digests`), what a
+        kernel block's values depend on besides the kernel's settings (:mod:`molntk.scale.cache`)."""
+        return molecule_digests(self.molecules)
 
     def __len__(self) -> int:
         return len(self.molecules)
@@ -108,10 +114,22 @@ class InducingSet:
         described = self.base.descriptors(key, describe)
         return described.atoms_as_molecules(self.rows).followed_by(described)
 
-    def fingerprint(self) -> str:
-        """SHA-256 of the set's fingerprint and the inducing rows."""
-        rows = np.ascontiguousarray(self.rows.cpu().numpy(), dtype=np.int64)
-        return hashlib.sha256(self.base.fingerprint().encode() + rows.tobytes()).hexdigest()
+    def item_keys(self) -> np.ndarray:
+        """(m + n, 32) uint8: each inducing atom's digest, SHA-256 of ("environment", its
+        molecule's digest, its atom index in that molecule), then the molecules' digests:
+        an inducing environment is known by its molecule and atom, not by its row."""
+        molecules = self.base.molecules
+        digests = molecule_digests(molecules)
+        starts = np.cumsum([0] + [m.n_atoms for m in molecules])
+        rows = self.rows.cpu().numpy().astype(np.int64)
+        owner = np.searchsorted(starts, rows, side="right") - 1
+        out = np.empty((len(rows), ITEM_KEY_BYTES), dtype=np.uint8)
+        for i, (row, mol) in enumerate(zip(rows, owner)):
+            h = hashlib.sha256(b"environment")
+            h.update(digests[mol].tobytes())
+            h.update(np.int64(row - starts[mol]).tobytes())
+            out[i] = np.frombuffer(h.digest(), dtype=np.uint8)
+        return np.concatenate([out, digests])
 
     def __len__(self) -> int:
         return len(self.rows) + len(self.base)

@@ -4,15 +4,24 @@
 K_mm (m, m), the kernel among the inducing points, symmetrised as (K_mm + K_mmᵀ)/2, is
 U diag(s) Uᵀ. Eigenvalues s ≤ ``rank_rtol`` · s_max (rank deficiency, rounding, negative
 quadrature error) are dropped, r are kept: the root is R = U_r diag(s_r^{-1/2}) (m, r),
-B = K_nm R (n, r), and the Nyström kernel is K̃ = K_nm K_mm⁺ K_mn = B Bᵀ. With the thin
-SVD B = Q diag(σ) Wᵀ and C = QᵀY, for λ > 0:
+B = K_nm R (n, r), and the Nyström kernel is K̃ = K_nm K_mm⁺ K_mn = B Bᵀ. With an orthonormal
+Q (n, k) and σ (k,) such that K̃ = Q diag(σ²) Qᵀ, C = QᵀY and P = BᵀQ (r, k), for λ > 0:
 
 - fitted values of kernel ridge on K̃: F = Q diag(σ²/(σ² + λ)) C, hat diagonal
   h_i = Σ_k Q_ik² σ_k²/(σ_k² + λ), with 1 − h_i computed as
   (1 − ‖Q_i‖²) + Σ_k Q_ik² λ/(σ_k² + λ), without cancellation at small λ;
 - dual weights X = (K̃ + λI)⁻¹ Y = Q diag(1/(σ² + λ)) C + (Y − Q C) / λ;
-- inducing weights W_S = R Bᵀ X = R W diag(σ/(σ² + λ)) C (m, k), so that
+- inducing weights W_S = R Bᵀ X = R P diag(1/(σ² + λ)) C (m, k), so that
   K̃(x, X) X = K_xS W_S needs only the kernel against the inducing points.
+
+Q and σ come from the thin SVD B = Q diag(σ) Wᵀ (k = r, P = W diag(σ)) when n > r, and
+from the eigendecomposition K̃ = B Bᵀ = Q diag(σ²) Qᵀ (k = n, eigenvalues below 0 from
+rounding set to 0) when n ≤ r: the n × n kernel the exact solver decomposes, computed in
+its own memory (the upper triangle by a rank-r update, then LAPACK's MRRR eigensolver,
+which needs O(n) workspace), where the SVD of a square B would need ≈ 7 n² numbers (22 GB at
+n = r = 20,000). Its eigenvalues carry an absolute error of order ε‖K̃‖ (the exact solver's),
+the SVD's σ² a relative one; the λ grid's floor, 1e-10 · mean(diag K̃) ≥ 1e-10 ‖K̃‖ / n,
+stays above it for n up to ≈ 10⁵.
 
 With ``method="cholesky"`` the root is instead R = T⁻¹ (m, m), T upper triangular with
 TᵀT = K_mm + j·mean(diag K_mm)·I for the smallest j of ``rank_rtol``, 10·``rank_rtol``, …
@@ -28,7 +37,8 @@ of training sets against the same inducing points (a learning curve, several tar
 ``overwrite`` the caller's K_mm is symmetrised and Cholesky factored in its own memory, so
 that the m × m factor is the only m × m array (m = 30,000: 7.2 GB instead of 21.6).
 
-Cost: O(m³) for the factor, O(n m r) for B, O(n r²) for the SVD; K_nm is only read.
+Cost: O(m³) for the factor, O(n m r) for B, O(n r²) for the SVD (n > r) or O(n² r + n³)
+for K̃ and its eigendecomposition (n ≤ r); K_nm is only read.
 """
 
 from __future__ import annotations
@@ -37,8 +47,10 @@ import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+import scipy.linalg
 import torch
 
 from molntk.errors import InputError
@@ -107,12 +119,13 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
 
 @dataclass(frozen=True, eq=False)
 class NystromFactors:
-    """The :class:`InducingRoot` R and the thin SVD B = Q diag(σ) Wᵀ of B = K_nm R (``Wt`` is Wᵀ)."""
+    """The :class:`InducingRoot` R and, for B = K_nm R, K̃ = B Bᵀ = Q diag(σ²) Qᵀ with
+    P = BᵀQ (module docstring; σ in no particular order)."""
 
     root: InducingRoot
     Q: np.ndarray
     sigma: np.ndarray
-    Wt: np.ndarray
+    P: np.ndarray
 
     @property
     def rank(self) -> int:
@@ -125,14 +138,21 @@ class NystromFactors:
         return float(np.sum(self.sigma**2) / self.Q.shape[0])
 
     def condition_number(self, reg: float) -> float:
-        """cond₂(K̃ + λI) = (σ_max² + λ) / (σ_min² + λ), σ_min = 0 when n > r; ``inf`` when singular."""
-        low = (0.0 if self.Q.shape[0] > self.rank else float(self.sigma[-1]) ** 2) + reg
-        return (float(self.sigma[0]) ** 2 + reg) / low if low > 0 else math.inf
+        """cond₂(K̃ + λI) = (σ_max² + λ) / (σ_min² + λ), σ_min = 0 when Q has fewer columns
+        than rows (n > r); ``inf`` when singular."""
+        low = (0.0 if self.Q.shape[0] > self.Q.shape[1] else float(self.sigma.min()) ** 2) + reg
+        return (float(self.sigma.max()) ** 2 + reg) / low if low > 0 else math.inf
+
+    @cached_property
+    def _squares(self) -> tuple[np.ndarray, np.ndarray]:
+        """(Q², 1 − ‖Q_i‖² clipped at 0): what every λ's hat diagonal needs, made once."""
+        squares = self.Q**2
+        return squares, np.maximum(1.0 - squares.sum(axis=1), 0.0)
 
     def residuals(self, Y: np.ndarray, coeffs: np.ndarray, reg: float) -> tuple[np.ndarray, np.ndarray]:
         """Y − F (n, k) and 1 − h (n,) from C = QᵀY (``coeffs``) for λ > 0."""
-        shrink, squares = reg / (self.sigma**2 + reg), self.Q**2
-        outside = np.maximum(1.0 - squares.sum(axis=1), 0.0)  # 1 − ‖Q_i‖², ≥ 0 up to rounding
+        shrink = reg / (self.sigma**2 + reg)
+        squares, outside = self._squares
         return Y - self.Q @ ((1.0 - shrink)[:, None] * coeffs), outside + squares @ shrink
 
     def dual_weights(self, Y: np.ndarray, coeffs: np.ndarray, reg: float) -> np.ndarray:
@@ -140,13 +160,14 @@ class NystromFactors:
         return self.Q @ (coeffs / (self.sigma[:, None] ** 2 + reg)) + (Y - self.Q @ coeffs) / reg
 
     def weights(self, coeffs: np.ndarray, reg: float) -> np.ndarray:
-        """W_S = R W diag(σ/(σ² + λ)) C (m, k), C = QᵀY (:func:`inducing_weights`)."""
-        return inducing_weights(self.root, self.sigma, self.Wt, coeffs, reg)
+        """W_S = R P diag(1/(σ² + λ)) C (m, k), C = QᵀY (:func:`inducing_weights`)."""
+        return inducing_weights(self.root, self.P, self.sigma, coeffs, reg)
 
 
-def inducing_weights(root: InducingRoot, sigma: np.ndarray, Wt: np.ndarray, coeffs: np.ndarray, reg: float) -> np.ndarray:
-    """W_S = R W diag(σ/(σ² + λ)) C (m, k) from the SVD B = Q diag(σ) Wᵀ of the features and C = QᵀY."""
-    return root.apply(Wt.T @ ((sigma / (sigma**2 + reg))[:, None] * coeffs))
+def inducing_weights(root: InducingRoot, P: np.ndarray, sigma: np.ndarray, coeffs: np.ndarray, reg: float) -> np.ndarray:
+    """W_S = R P diag(1/(σ² + λ)) C (m, k) for P = BᵀQ, K̃ = Q diag(σ²) Qᵀ and C = QᵀY (from
+    a thin SVD B = Q diag(σ) Wᵀ: P = W diag(σ))."""
+    return root.apply(P @ (coeffs / (sigma**2 + reg)[:, None]))
 
 
 def eigh_root(K_mm: np.ndarray, rank_rtol: float) -> InducingRoot:
@@ -232,9 +253,17 @@ def factor_inducing(K_mm: object, rank_rtol: float = RANK_RTOL, method: str = "e
 
 def nystrom_factors(K_nm: object, root: InducingRoot) -> NystromFactors:
     """Validate K_nm (n, m) against the inducing factor ``root`` (:func:`factor_inducing`) and
-    take the SVD of B = K_nm R (module docstring); K_nm is only read. InputError names ``K_nm``."""
+    decompose K̃ = B Bᵀ, B = K_nm R: the thin SVD of B when n > r, else the eigendecomposition
+    of K̃ (module docstring); K_nm is only read. InputError names ``K_nm``."""
     K_nm = validation.matrix(K_nm, "K_nm")
     if K_nm.shape[1] != root.m or K_nm.shape[0] == 0:
         raise InputError("K_nm", f"must be (n, {root.m}) with n ≥ 1 (one column per inducing point), got shape {K_nm.shape}")
-    Q, sigma, Wt = np.linalg.svd(root.features(K_nm), full_matrices=False)
-    return NystromFactors(root, Q, sigma, Wt)
+    B = root.features(K_nm)
+    if B.shape[0] > B.shape[1]:
+        Q, sigma, Wt = np.linalg.svd(B, full_matrices=False)
+        return NystromFactors(root, Q, sigma, Wt.T * sigma)
+    a, trans = (B, 0) if B.flags.f_contiguous else (B.T, 1)  # Fortran-ordered either way: no copy
+    gram = scipy.linalg.blas.dsyrk(1.0, a, trans=trans)  # the upper triangle of B Bᵀ (n, n)
+    values, Q = scipy.linalg.eigh(gram, lower=False, overwrite_a=True, check_finite=False, driver="evr")
+    del gram
+    return NystromFactors(root, Q, np.sqrt(np.maximum(values, 0.0)), B.T @ Q)

@@ -7,7 +7,8 @@ to Z = (Y − mean) / std (:class:`~molntk.regression.scaling.TargetScaler`, ``s
 
 - K_mm = U diag(s) Uᵀ with the eigenvalues s ≤ ``rank_rtol`` · s_max dropped
   (``eigenvalues_clipped_``), r kept: root = U_r diag(s_r^{-1/2}), B = K_nm root (n, r),
-  K̃ = K_nm K_mm⁺ K_mn = B Bᵀ, thin SVD B = Q diag(σ) Wᵀ (:mod:`molntk.regression.nystrom`).
+  K̃ = K_nm K_mm⁺ K_mn = B Bᵀ = Q diag(σ²) Qᵀ: the thin SVD B = Q diag(σ) Wᵀ for n > r, the
+  eigendecomposition of the n × n K̃ for n ≤ r (:mod:`molntk.regression.nystrom`).
   ``fit`` also takes the factor itself (:func:`~molntk.regression.nystrom.factor_inducing`), so that
   fits against the same inducing points (a learning curve, several targets) factor K_mm once.
 - Kernel ridge with K̃ and λ > 0 has fitted values F = Q diag(σ²/(σ² + λ)) QᵀZ and hat

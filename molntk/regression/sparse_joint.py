@@ -183,6 +183,6 @@ def fit_sparse_joint(K_nm: object, K_mm: object, y: object, is_force: np.ndarray
     elif reg_energy <= 0 or reg_force <= 0:
         raise InputError("reg_energy" if reg_energy <= 0 else "reg_force", "must be > 0 for the sparse model")
     _, sigma, wt, coeffs = system.svd(reg_energy, reg_force)
-    weights = inducing_weights(system.root, sigma, wt, coeffs[:, None], 1.0)[:, 0]
+    weights = inducing_weights(system.root, wt.T * sigma, sigma, coeffs[:, None], 1.0)[:, 0]
     return SparseJointFit(weights, float(reg_energy), float(reg_force), score, system.root.rank,
                           system.root.n_dropped, edge)

@@ -7,7 +7,9 @@ A *block kernel* is any object with
 returning named float64 matrices of shape (len(rows), len(cols)) for the molecules with
 indices ``rows`` × ``cols`` of its molecule set; ``cols=None`` asks for the symmetric
 diagonal block rows × rows. Optional: ``cache_key() -> str`` (content hash of the kernel
-config and the molecule set, needed for the on-disk cache), ``bytes_per_pair`` (memory per
+config) and ``item_keys() -> np.ndarray`` ((n_molecules, k) uint8 content digests of the
+molecules), both needed for the on-disk cache, which knows a block by the kernel and the
+item keys of its molecules (:mod:`molntk.scale.cache`), ``bytes_per_pair`` (memory per
 pair, for the budget) and ``on(device) -> block kernel`` (a copy on another device).
 
 A *plan* cuts the training indices into consecutive blocks B_0 … B_{p-1} of at most b

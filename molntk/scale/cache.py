@@ -3,11 +3,13 @@
 Layout: ``<cache_dir>/<run key>/<block key>.npz`` with
 
     run key   = sha256(json{kernel: block_kernel.cache_key(), molntk: version})
-    block key = sha256(run key, rows as int64 bytes, cols as int64 bytes or "symmetric")
+    block key = sha256(run key, item keys of the rows, "|" + item keys of the cols or "symmetric")
 
-so a block is identified by the content that determines it: the kernel and model config,
-the molecule set (its fingerprint is part of ``cache_key()``), the molecules of the block
-and the code version. Each block file holds the named matrices plus ``__sha256__``, the
+with ``item keys`` = ``block_kernel.item_keys()``, a content digest of each molecule, so a
+block is identified by the content that determines it: the kernel and model config, the
+molecules of the block, in order, and the code version; not by the molecule set or the
+block's position in it (a learning curve extended to more molecules finds the blocks of
+the molecules it shares with the shorter run). Each block file holds the named matrices plus ``__sha256__``, the
 SHA-256 of (name, dtype, shape, bytes) of every matrix in name order. Files are written to
 a temporary sibling and renamed (:func:`molntk.utils.files.atomic_path`), so a killed run
 leaves whole blocks or none; on read the checksum is recomputed, and an unreadable or
@@ -54,9 +56,14 @@ def run_key(kernel_key: str) -> str:
 
 
 class BlockCache:
-    """Blocks of one kernel (``kernel_key``: its ``cache_key()``) under ``directory``."""
+    """Blocks of one kernel (``kernel_key``: its ``cache_key()``; ``item_keys``: its
+    ``item_keys()``, (n_molecules, k) uint8 content digests) under ``directory``."""
 
-    def __init__(self, directory: str | Path, kernel_key: str) -> None:
+    def __init__(self, directory: str | Path, kernel_key: str, item_keys: np.ndarray) -> None:
+        item_keys = np.asarray(item_keys)
+        if item_keys.ndim != 2 or item_keys.dtype != np.uint8:
+            raise ValueError(f"item_keys must be an (n_molecules, k) uint8 array, got {item_keys.dtype} {item_keys.shape}")
+        self.item_keys = item_keys
         self.run_key = run_key(kernel_key)
         self.directory = Path(directory) / self.run_key[:32]
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -65,9 +72,10 @@ class BlockCache:
             atomic_write_json(manifest, {"kernel_key": kernel_key, "molntk": __version__, "run_key": self.run_key})
 
     def block_key(self, rows: np.ndarray, cols: np.ndarray | None) -> str:
+        """sha256(run key, the rows' item keys, "symmetric" or "|" + the cols' item keys)."""
         h = hashlib.sha256(self.run_key.encode())
-        h.update(np.ascontiguousarray(rows, dtype=np.int64).tobytes())
-        h.update(b"symmetric" if cols is None else b"|" + np.ascontiguousarray(cols, dtype=np.int64).tobytes())
+        h.update(np.ascontiguousarray(self.item_keys[rows]).tobytes())
+        h.update(b"symmetric" if cols is None else b"|" + np.ascontiguousarray(self.item_keys[cols]).tobytes())
         return h.hexdigest()
 
     def path(self, rows: np.ndarray, cols: np.ndarray | None) -> Path:

@@ -192,10 +192,10 @@ def assemble_kernels(
     seconds = np.full(len(blocks), math.nan)
     cache = None
     if cache_dir is not None:
-        key = getattr(block_kernel, "cache_key", None)
-        if key is None:
-            raise TypeError(f"{type(block_kernel).__name__} has no cache_key(): it cannot use the block cache")
-        cache = BlockCache(cache_dir, key())
+        key, items = getattr(block_kernel, "cache_key", None), getattr(block_kernel, "item_keys", None)
+        if key is None or items is None:
+            raise TypeError(f"{type(block_kernel).__name__} has no cache_key() and item_keys(): it cannot use the block cache")
+        cache = BlockCache(cache_dir, key(), items())
     done, todo = 0, []
     for number, block in enumerate(blocks):
         cached = None if cache is None else cache.load(block.rows, block.cols)

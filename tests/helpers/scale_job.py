@@ -37,6 +37,9 @@ class SlowBlockKernel:
     def cache_key(self) -> str:
         return self.inner.cache_key()
 
+    def item_keys(self) -> np.ndarray:
+        return self.inner.item_keys()
+
     def compute_block(self, rows: np.ndarray, cols: np.ndarray | None) -> dict[str, np.ndarray]:
         time.sleep(self.delay)
         self.computed += 1

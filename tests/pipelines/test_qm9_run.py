@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from molntk.cli.main import app
+from molntk.config import ConfigValidationError
 from molntk.data.qm9 import QM9_ELEMENTS
 from molntk.data.splits import standard_split
 from molntk.features.environments import environment_features
@@ -401,3 +402,30 @@ def test_cv_loss_absolute_chooses_by_the_mean_absolute_leave_one_out_error(tmp_p
     assert record["reg_relative"] == pytest.approx(DEFAULT_RELATIVE_GRID[int(np.argmin(scores))], rel=1e-9)
     with pytest.raises(Exception, match="cv_loss.*GCV scores squared residuals only"):
         TASKS.load(str(config), ["regression.cv=gcv", "regression.cv_loss=absolute"])
+
+
+def test_an_extended_curve_reads_the_blocks_of_the_shorter_run(tmp_path, monkeypatch):
+    """``sparse.pool`` fixes the inducing environments, and the block cache knows a block by
+    its molecules: a run extended from 24 to 30 training molecules in the same output folder
+    computes only the rows of molecules 24–29 against the 40 inducing environments (7 blocks
+    of 6 columns; the selection, exact and test blocks all come from the first run's cache),
+    and its records at 10 and 24 molecules are the first run's, number for number."""
+    from molntk.scale.executors import SerialExecutor
+
+    config = tmp_path / "pool.yaml"
+    config.write_text(SMALL.replace("cache: false\n", "") + "sparse: {models: [power_spectrum], environments: 40, pool: 10, exact_up_to: 10}\n")
+    common = ["run", str(config), "--json", "--set", f"output={tmp_path / 'out'}", "--set", "models.so3_ntk=null"]
+    first = CliRunner().invoke(app, common)
+    assert first.exit_code == 0, first.output
+    computed = []
+    serial_run = SerialExecutor.run
+    monkeypatch.setattr(SerialExecutor, "run", lambda self, kernel, jobs: computed.extend(jobs) or serial_run(self, kernel, jobs))
+    second = CliRunner().invoke(app, [*common, "--set", "learning_curve.n_train=[10,24,30]"])
+    assert second.exit_code == 0, second.output
+    assert len(computed) == 7 and all(np.array_equal(rows, 40 + np.arange(24, 30)) for rows, _ in computed), computed
+    before, after = ({(r["model"], r["n_train"]): r["mae"] for r in json.loads(run.stdout)["result"]["records"]}
+                     for run in (first, second))
+    assert ("power-spectrum-sparse", 30) in after
+    assert {key: after[key] for key in before} == before
+    with pytest.raises(ConfigValidationError, match="sparse.pool: 40 exceeds the largest training size 24"):
+        TASKS.load(str(config), ["sparse.pool=40"])

@@ -96,6 +96,29 @@ def test_molecular_kernel_with_all_environments_matches_exact_ridge() -> None:
     np.testing.assert_allclose(predicted, exact.predict(K_test), rtol=1e-9, atol=1e-9 * np.abs(Y).max())
 
 
+@pytest.mark.parametrize("n", [12, 20, 28])
+def test_both_decompositions_match_the_dense_nystrom_formulas(n: int) -> None:
+    """Fewer training points than inducing points (n ≤ r: the eigendecomposition of the n × n
+    K̃) and more (n > r: the thin SVD of B), against the dense formulas: K̃ = K_nm K_mm⁻¹ K_mn,
+    H = K̃ (K̃ + λI)⁻¹, LOO residuals ((I − H) y)_i / (1 − H_ii), predictions
+    K_tm K_mm⁻¹ K_mn (K̃ + λI)⁻¹ y."""
+    rng = np.random.default_rng(11)
+    X, S, X_test = (rng.uniform(-2, 2, size=(k, 3)) for k in (n, 20, 6))
+    p = {"K_nm": rbf(X, S), "K_mm": rbf(S, S)}
+    y = np.sin(X[:, 0]) + X[:, 1] ** 2 + 0.1 * rng.normal(size=n)
+    K = nystrom_kernel(p)
+    reg = 1e-2 * float(np.mean(np.diag(K)))
+    A = K + reg * np.eye(n)
+    H = K @ np.linalg.inv(A)
+    loo = (y - H @ y) / (1.0 - np.diag(H))
+    predicted = rbf(X_test, S) @ np.linalg.solve(p["K_mm"], p["K_nm"].T @ np.linalg.solve(A, y))
+    model = SparseKernelRegressor(reg=reg, standardize=False).fit(p["K_nm"], p["K_mm"], y)
+    # cond(K_mm) ≲ 1e3 and cond(K̃ + λI) ≤ ~1e2 · n: the dense solves keep ≳ 1e-11 relative.
+    np.testing.assert_allclose(sparse_loo_residuals(p["K_nm"], p["K_mm"], y, reg), loo, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(model.predict(rbf(X_test, S)), predicted, rtol=1e-9, atol=1e-11)
+    assert model.condition_number_ == pytest.approx(np.linalg.cond(A), rel=1e-6)
+
+
 # ------------------------------------------------------------------ λ selection
 
 

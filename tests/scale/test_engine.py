@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -27,7 +28,7 @@ from molntk.scale import (
     plan_blocks,
     round_robin,
 )
-from molntk.scale.cache import CHECKSUM
+from molntk.scale.cache import CHECKSUM, BlockCache
 from tests.helpers.scale_job import SlowBlockKernel, compute, tiny_kernel
 
 JOB = Path(__file__).parents[1] / "helpers" / "scale_job.py"
@@ -110,14 +111,53 @@ def test_block_assembly_equals_one_shot_kernel(block_kernel, molecules, one_thre
 
 
 def test_cache_key_is_content_not_device(block_kernel, molecules):
-    """One key scheme: the kernel's settings, the matrices kept and the molecules; the
-    device (a copy via on) is not part of it."""
+    """One key scheme: the kernel's settings and the matrices kept, and per molecule its
+    content digest; the device (a copy via on) is not part of it."""
     kernel, _ = tiny_kernel()
     assert block_kernel.on("cpu").cache_key() == block_kernel.cache_key() == BlockKernelOf(kernel, molecules).cache_key()
     assert BlockKernelOf(kernel, molecules, outputs=("ntk",)).cache_key() != block_kernel.cache_key()
-    assert BlockKernelOf(kernel, molecules[:-1]).cache_key() != block_kernel.cache_key()
+    keys = block_kernel.item_keys()
+    assert keys.shape == (30, 32) and len({k.tobytes() for k in keys}) == 30
+    assert np.array_equal(BlockKernelOf(kernel, molecules[5:]).item_keys(), keys[5:])
+    moved = _turned(molecules[0])
+    assert not np.array_equal(BlockKernelOf(kernel, [moved]).item_keys()[0], keys[0])
     with pytest.raises(ValueError, match="no matrices"):
         BlockKernelOf(kernel, molecules, outputs=("kernel",))
+
+
+def _turned(molecule):
+    """The molecule turned by π about x: the same molecule, other coordinates."""
+    return dataclasses.replace(molecule, positions=molecule.positions * np.array([1.0, -1.0, -1.0]))
+
+
+def test_cache_finds_blocks_of_the_same_molecules_in_another_set(block_kernel, molecules, tmp_path, one_thread):
+    """Blocks are known by their molecules, not their positions: a run on the 24 training
+    molecules followed by other test molecules finds the training blocks a first run stored
+    (its test blocks are new), and its matrices equal an uncached computation bit for bit."""
+    kernel, _ = tiny_kernel()
+    first = SlowBlockKernel(block_kernel, 0.0)
+    kernel_matrices(first, TRAIN, TEST, cache_dir=tmp_path, block_size=8, executor=SerialExecutor())
+    others = molecules[:24] + [_turned(m) for m in molecules[24:27]]
+    second = SlowBlockKernel(BlockKernelOf(kernel, others), 0.0)
+    cached = kernel_matrices(second, TRAIN, np.arange(24, 27), cache_dir=tmp_path, block_size=8, executor=SerialExecutor())
+    assert first.computed == 3 * 4 // 2 + 3 and second.computed == 3  # only the 1 × 3 new test blocks
+    fresh = kernel_matrices(BlockKernelOf(kernel, others), TRAIN, np.arange(24, 27), block_size=8, executor=SerialExecutor())
+    for name in fresh:
+        assert np.array_equal(cached[name], fresh[name]), name
+
+
+def test_block_cache_needs_item_keys(block_kernel, tmp_path):
+    class Unkeyed:
+        def compute_block(self, rows, cols):
+            return block_kernel.compute_block(rows, cols)
+
+        def cache_key(self):
+            return block_kernel.cache_key()
+
+    with pytest.raises(TypeError, match="item_keys"):
+        kernel_matrices(Unkeyed(), TRAIN, cache_dir=tmp_path, executor=SerialExecutor())
+    with pytest.raises(ValueError, match="uint8"):
+        BlockCache(tmp_path, "key", np.zeros((3, 32)))
 
 
 def test_baseline_kernels_through_the_block_engine(molecules):

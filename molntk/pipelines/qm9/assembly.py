@@ -44,6 +44,7 @@ class BlockAssembler:
 
 def block_kernel(candidate: Candidate, group: MoleculeSet | InducingSet) -> BlockKernelOf:
     """The candidate's kernel on ``group`` as a block kernel of the matrix it is regressed on
-    (descriptors computed here); its cache key hashes the kernel's settings and the group's
-    fingerprint, so a rerun of the same config finds its blocks and nothing else does."""
+    (descriptors computed here); its cache key hashes the kernel's settings and its item keys
+    the content of each molecule, so a rerun of the same config finds its blocks, and so does
+    any run of the same kernel on the same molecules (an extended learning curve)."""
     return BlockKernelOf(candidate.kernel, group, outputs=(candidate.matrix,))

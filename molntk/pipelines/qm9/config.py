@@ -385,6 +385,9 @@ class SparseConfig(Section):
     ``fps`` in the channel amplitudes of the feature maps; ``soap`` and ``fchl19`` pick in
     their own descriptor space (normalised SOAP vectors, FCHL19 vectors), with
     Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(x_a, x_s) on those descriptors.
+    ``pool``: draw them from the first ``pool`` training molecules (null: all molecules of
+    the largest training size); a fixed pool keeps the inducing set, and with it every
+    cached kernel block (:mod:`molntk.scale.cache`), when the learning curve is extended.
     ``exact_up_to``: the exact models run only on training sizes up to this (null: all),
     so a learning curve can go on where only the sparse models reach. ``rank_rtol``:
     eigenvalues of Θ(inducing, inducing) below rank_rtol × the largest are dropped from
@@ -407,6 +410,7 @@ class SparseConfig(Section):
     environments: Count = 2000
     selection: Literal["fps", "random"] = "fps"
     seed: Seed = 0
+    pool: Count | None = None
     exact_up_to: Count | None = None
     rank_rtol: Annotated[float, Field(gt=0, lt=1)] = RECIPE.rank_rtol
     solver: Literal["nystrom", "falkon"] = "nystrom"
@@ -481,6 +485,10 @@ class QM9PropertyConfig(TaskConfig):
                 raise FieldError("sparse.models", f"lists {name!r}, but models.{name} is null")
             if name == "so3_ntk" and self.kernel.pairing == "atom-index":
                 raise FieldError("sparse.models", "a sparse so3_ntk needs kernel.pairing 'element' or 'shared', not 'atom-index'")
+        largest = max(self.learning_curve.n_train)
+        if self.sparse is not None and self.sparse.pool is not None and self.sparse.pool > largest:
+            raise FieldError("sparse.pool", f"{self.sparse.pool:,} exceeds the largest training size {largest:,} "
+                                            "(learning_curve.n_train): inducing environments come from training molecules")
         return self
 
     @model_validator(mode="after")

@@ -2,9 +2,9 @@
 
 For a model listed in ``sparse.models``, with the candidate chosen for its exact version:
 
-1. m inducing environments are chosen among the atoms of the largest training set
-   (:func:`inducing_atom_rows`; fixed for every training size, so one kernel serves the
-   whole learning curve): by farthest-point sampling in the space the model compares
+1. m inducing environments are chosen among the atoms of the largest training set, or of
+   its first ``sparse.pool`` molecules (:func:`inducing_atom_rows`; fixed for every
+   training size, so one kernel serves the whole learning curve): by farthest-point sampling in the space the model compares
    atoms in, the channel amplitudes of molntk's feature maps
    (:func:`~molntk.features.inducing.inducing_environments`) or, for FCHL19 and SOAP, their
    own descriptors (:func:`~molntk.molecular.descriptors.inducing_atoms`);
@@ -90,10 +90,10 @@ class SparseKernels:
 
 def inducing_atom_rows(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig) -> torch.Tensor:
     """Step 1: rows of the ``sparse.environments`` inducing atoms among the atoms of the
-    training molecules, chosen in the space of the candidate's kernel: its own per-atom
+    training molecules (the first ``sparse.pool`` of them when given), chosen in the space of the candidate's kernel: its own per-atom
     descriptors for a baseline that has them (FCHL19, SOAP), else the channel amplitudes of
     its feature maps."""
-    options = {"method": sparse.selection, "seed": sparse.seed, "pool": sets.n_train}
+    options = {"method": sparse.selection, "seed": sparse.seed, "pool": sparse.pool or sets.n_train}
     if isinstance(candidate.kernel, MoleculeDescriptorKernel):
         return inducing_atoms(candidate.kernel.describe(sets.molecules), sparse.environments, **options)
     return inducing_environments(sets.molecules.environments(candidate.kernel.features), sparse.environments, **options)

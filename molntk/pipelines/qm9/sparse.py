@@ -4,8 +4,8 @@ For a model listed in ``sparse.models``, with the candidate chosen for its exact
 
 1. m inducing environments are chosen among the atoms of the largest training set, or of
    its first ``sparse.pool`` molecules (:func:`inducing_atom_rows`; fixed for every
-   training size, so one kernel serves the whole learning curve): by farthest-point sampling in the space the model compares
-   atoms in, the channel amplitudes of molntk's feature maps
+   training size, so one kernel serves the whole learning curve): by farthest-point
+   sampling in the space the model compares atoms in, the channel amplitudes of molntk's feature maps
    (:func:`~molntk.features.inducing.inducing_environments`) or, for FCHL19 and SOAP, their
    own descriptors (:func:`~molntk.molecular.descriptors.inducing_atoms`);
 2. the block assembler computes Θ(inducing, inducing) (m × m, symmetric blocks) and
@@ -90,9 +90,9 @@ class SparseKernels:
 
 def inducing_atom_rows(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig) -> torch.Tensor:
     """Step 1: rows of the ``sparse.environments`` inducing atoms among the atoms of the
-    training molecules (the first ``sparse.pool`` of them when given), chosen in the space of the candidate's kernel: its own per-atom
-    descriptors for a baseline that has them (FCHL19, SOAP), else the channel amplitudes of
-    its feature maps."""
+    training molecules (the first ``sparse.pool`` of them when given), chosen in the space
+    of the candidate's kernel: its own per-atom descriptors for a baseline that has them
+    (FCHL19, SOAP), else the channel amplitudes of its feature maps."""
     options = {"method": sparse.selection, "seed": sparse.seed, "pool": sparse.pool or sets.n_train}
     if isinstance(candidate.kernel, MoleculeDescriptorKernel):
         return inducing_atoms(candidate.kernel.describe(sets.molecules), sparse.environments, **options)

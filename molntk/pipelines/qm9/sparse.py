@@ -5,9 +5,9 @@ For a model listed in ``sparse.models``, with the candidate chosen for its exact
 1. m inducing environments are chosen among the atoms of the largest training set, or of
    its first ``sparse.pool`` molecules (:func:`inducing_atom_rows`; fixed for every
    training size, so one kernel serves the whole learning curve): by farthest-point
-   sampling in the space the model compares atoms in, the channel amplitudes of molntk's feature maps
-   (:func:`~molntk.features.inducing.inducing_environments`) or, for FCHL19 and SOAP, their
-   own descriptors (:func:`~molntk.molecular.descriptors.inducing_atoms`);
+   sampling in the space the model compares atoms in, the channel amplitudes of molntk's
+   feature maps (:func:`~molntk.features.inducing.inducing_environments`) or, for FCHL19
+   and SOAP, their own descriptors (:func:`~molntk.molecular.descriptors.inducing_atoms`);
 2. the block assembler computes Θ(inducing, inducing) (m × m, symmetric blocks) and
    Θ(molecule, inducing) = Σ_{a∈M} [Z_a = Z_s] k(x_a, x_s) for every molecule of the run
    (training, test, rotated copies; n × m), each inducing atom being a molecule of its own

@@ -16,12 +16,14 @@ Q (n, k) and σ (k,) such that K̃ = Q diag(σ²) Qᵀ, C = QᵀY and P = BᵀQ 
 
 Q and σ come from the thin SVD B = Q diag(σ) Wᵀ (k = r, P = W diag(σ)) when n > r, and
 from the eigendecomposition K̃ = B Bᵀ = Q diag(σ²) Qᵀ (k = n, eigenvalues below 0 from
-rounding set to 0) when n ≤ r: the n × n kernel the exact solver decomposes, computed in
-its own memory (the upper triangle by a rank-r update, then LAPACK's MRRR eigensolver,
-which needs O(n) workspace), where the SVD of a square B would need ≈ 7 n² numbers (22 GB at
-n = r = 20,000). Its eigenvalues carry an absolute error of order ε‖K̃‖ (the exact solver's),
-the SVD's σ² a relative one; the λ grid's floor, 1e-10 · mean(diag K̃) ≥ 1e-10 ‖K̃‖ / n,
-stays above it for n up to ≈ 10⁵.
+rounding set to 0; P = Rᵀ K_mn Q, so that B need not be kept) when n ≤ r: the n × n kernel
+the exact solver decomposes, in 4 n² numbers (K̃, its eigenvectors, the divide-and-conquer
+workspace), where the SVD of a square B needs ≈ 7 n² besides B (22 GB at n = r = 20,000).
+Its eigenvalues carry an absolute error of order ε‖K̃‖ (the exact solver's), the SVD's σ² a
+relative one; the λ grid's floor, 1e-10 · mean(diag K̃) ≥ 1e-10 ‖K̃‖ / n, stays above it
+for n up to ≈ 10⁵. The products and the eigensolver run on torch (its BLAS and LAPACK):
+scipy's OpenBLAS faults in its multithreaded ``dsyrk`` on a 20,000 × 20,000 product, as in
+its ``dpotrf`` (:mod:`molntk.regression.blocked_cholesky`).
 
 With ``method="cholesky"`` the root is instead R = T⁻¹ (m, m), T upper triangular with
 TᵀT = K_mm + j·mean(diag K_mm)·I for the smallest j of ``rank_rtol``, 10·``rank_rtol``, …
@@ -50,7 +52,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import scipy.linalg
 import torch
 
 from molntk.errors import InputError
@@ -107,6 +108,12 @@ class InducingRoot:
         if self.method == "eigh":
             return self.factor @ V
         return torch.linalg.solve_triangular(_tensor(self.factor), _tensor(V), upper=True).numpy()
+
+    def apply_transpose(self, V: np.ndarray) -> np.ndarray:
+        """Rᵀ V (r, k) for V (m, k): Rᵀ V, or the X of Tᵀ X = V by a triangular solve."""
+        if self.method == "eigh":
+            return self.factor.T @ V
+        return torch.linalg.solve_triangular(_tensor(self.factor).T, _tensor(V), upper=False).numpy()
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:
@@ -262,8 +269,12 @@ def nystrom_factors(K_nm: object, root: InducingRoot) -> NystromFactors:
     if B.shape[0] > B.shape[1]:
         Q, sigma, Wt = np.linalg.svd(B, full_matrices=False)
         return NystromFactors(root, Q, sigma, Wt.T * sigma)
-    a, trans = (B, 0) if B.flags.f_contiguous else (B.T, 1)  # Fortran-ordered either way: no copy
-    gram = scipy.linalg.blas.dsyrk(1.0, a, trans=trans)  # the upper triangle of B Bᵀ (n, n)
-    values, Q = scipy.linalg.eigh(gram, lower=False, overwrite_a=True, check_finite=False, driver="evr")
+    features = torch.from_numpy(B)
+    del B
+    gram = features @ features.T
+    del features
+    values, vectors = torch.linalg.eigh(gram)
     del gram
-    return NystromFactors(root, Q, np.sqrt(np.maximum(values, 0.0)), B.T @ Q)
+    Q = vectors.numpy()
+    return NystromFactors(root, Q, np.sqrt(np.maximum(values.numpy(), 0.0)),
+                          root.apply_transpose((_tensor(K_nm).T @ vectors).numpy()))

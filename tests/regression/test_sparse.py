@@ -287,6 +287,9 @@ def test_cholesky_root_applies_the_inverse_factor_by_triangular_solves() -> None
     assert (root.m, root.rank, root.method, root.n_dropped) == (8, 8, "cholesky", 0)
     np.testing.assert_allclose(root.features(p["K_nm"]), p["K_nm"] @ inverse, rtol=0, atol=1e-12 * np.abs(p["K_nm"] @ inverse).max())
     np.testing.assert_allclose(root.apply(V), inverse @ V, rtol=0, atol=1e-12 * np.abs(inverse @ V).max())
+    np.testing.assert_allclose(root.apply_transpose(V), inverse.T @ V, rtol=0, atol=1e-12 * np.abs(inverse.T @ V).max())
+    eigh = factor_inducing(p["K_mm"], 1e-12, "eigh")
+    np.testing.assert_array_equal(eigh.apply_transpose(V), eigh.factor.T @ V)
     read_only = p["K_nm"].copy()
     read_only.flags.writeable = False  # as a memmap of a stored kernel: read, never written
     with warnings.catch_warnings():

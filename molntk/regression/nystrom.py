@@ -21,7 +21,7 @@ the exact solver decomposes, in 4 n² numbers (K̃, its eigenvectors, the divide
 workspace), where the SVD of a square B needs ≈ 7 n² besides B (22 GB at n = r = 20,000).
 Its eigenvalues carry an absolute error of order ε‖K̃‖ (the exact solver's), the SVD's σ² a
 relative one; the λ grid's floor, 1e-10 · mean(diag K̃) ≥ 1e-10 ‖K̃‖ / n, stays above it
-for n up to ≈ 10⁵. The products and the eigensolver run on torch (its BLAS and LAPACK):
+for n up to ≈ 10⁵. This route's products and eigensolver run on torch (its BLAS and LAPACK):
 scipy's OpenBLAS faults in its multithreaded ``dsyrk`` on a 20,000 × 20,000 product, as in
 its ``dpotrf`` (:mod:`molntk.regression.blocked_cholesky`).
 
@@ -270,7 +270,7 @@ def nystrom_factors(K_nm: object, root: InducingRoot) -> NystromFactors:
         Q, sigma, Wt = np.linalg.svd(B, full_matrices=False)
         return NystromFactors(root, Q, sigma, Wt.T * sigma)
     features = torch.from_numpy(B)
-    del B
+    del B  # the features' memory goes with ``features``, once K̃ is formed
     gram = features @ features.T
     del features
     values, vectors = torch.linalg.eigh(gram)

@@ -8,8 +8,8 @@ Layout: ``<cache_dir>/<run key>/<block key>.npz`` with
 with ``item keys`` = ``block_kernel.item_keys()``, a content digest of each molecule, so a
 block is identified by the content that determines it: the kernel and model config, the
 molecules of the block, in order, and the code version; not by the molecule set or the
-block's position in it (a learning curve extended to more molecules finds the blocks of
-the molecules it shares with the shorter run). Each block file holds the named matrices plus ``__sha256__``, the
+block's position in it (a learning curve extended by larger sizes finds every block of the
+shorter run: blocks are cut at each size, so its blocks group the same molecules). Each block file holds the named matrices plus ``__sha256__``, the
 SHA-256 of (name, dtype, shape, bytes) of every matrix in name order. Files are written to
 a temporary sibling and renamed (:func:`molntk.utils.files.atomic_path`), so a killed run
 leaves whole blocks or none; on read the checksum is recomputed, and an unreadable or

@@ -118,9 +118,8 @@ class InducingSet:
         """(m + n, 32) uint8: each inducing atom's digest, SHA-256 of ("environment", its
         molecule's digest, its atom index in that molecule), then the molecules' digests:
         an inducing environment is known by its molecule and atom, not by its row."""
-        molecules = self.base.molecules
-        digests = molecule_digests(molecules)
-        starts = np.cumsum([0] + [m.n_atoms for m in molecules])
+        digests = self.base.item_keys()
+        starts = np.cumsum([0] + [m.n_atoms for m in self.base.molecules])
         rows = self.rows.cpu().numpy().astype(np.int64)
         owner = np.searchsorted(starts, rows, side="right") - 1
         out = np.empty((len(rows), ITEM_KEY_BYTES), dtype=np.uint8)

@@ -485,6 +485,11 @@ class QM9PropertyConfig(TaskConfig):
                 raise FieldError("sparse.models", f"lists {name!r}, but models.{name} is null")
             if name == "so3_ntk" and self.kernel.pairing == "atom-index":
                 raise FieldError("sparse.models", "a sparse so3_ntk needs kernel.pairing 'element' or 'shared', not 'atom-index'")
+        return self
+
+    @model_validator(mode="after")
+    def _inducing_pool_within_training(self) -> QM9PropertyConfig:
+        """``sparse.pool`` ≤ the largest training size: inducing environments come from training molecules."""
         largest = max(self.learning_curve.n_train)
         if self.sparse is not None and self.sparse.pool is not None and self.sparse.pool > largest:
             raise FieldError("sparse.pool", f"{self.sparse.pool:,} exceeds the largest training size {largest:,} "

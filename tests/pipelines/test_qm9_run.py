@@ -228,6 +228,25 @@ def test_full_split_so3_config_runs_sparse_only_at_small_n(tmp_path):
     assert "so3-ntk-sparse-sum: " in result.stderr and " blocks, " in result.stderr
 
 
+def test_cpu20k_config_runs_four_sparse_models_on_one_inducing_pool(tmp_path):
+    """configs/qm9_u0_cpu20k.yaml as shipped (four sparse models, inducing environments from
+    a pool of the first training molecules, Cholesky factor, kernel rows on disk) with the
+    sizes shrunk: every model is reported at every size, with the same m at each size, and
+    with no exact model."""
+    config = Path(__file__).parents[2] / "configs" / "qm9_u0_cpu20k.yaml"
+    shrink = ["learning_curve.n_train=[12,24]", "learning_curve.n_test=6", "sparse.environments=30",
+              "sparse.pool=12", "kernel.grid_band_limit=3", "kernel.threads=1", "invariance.n_molecules=0",
+              f"output={tmp_path / 'out'}"]
+    result = CliRunner().invoke(app, ["run", str(config), "--json", *[a for kv in shrink for a in ("--set", kv)]])
+    assert result.exit_code == 0, result.output
+    records = json.loads(result.stdout)["result"]["records"]
+    sparse = ("so3-ntk-sparse", "power-spectrum-sparse", "soap-dscribe-sparse", "fchl19-sparse")
+    assert {(r["model"], r["n_train"]) for r in records} == {(m, n) for m in ("dressed-atom", *sparse) for n in (12, 24)}
+    for r in records:
+        if r["model"] != "dressed-atom":
+            assert r["n_inducing"] == 30 and math.isfinite(r["mae"]), r
+
+
 
 def test_several_targets_share_kernels_by_reduction(tmp_path):
     """HOMO (intensive: mean-pooled kernel, no dressed atoms), U0 and μ (sum) in one run: one

@@ -184,19 +184,25 @@ def test_sizes_above_eigh_max_reuse_the_cv_lambda_with_cholesky_or_pcg(tmp_path)
 
 
 
+def run_shipped_config(name: str, shrink: list[str]):
+    """``molntk run configs/<name> --json`` with ``--set`` for each of ``shrink``: the CLI
+    result (exit code 0 asserted) and its JSON document's ``result``."""
+    config = Path(__file__).parents[2] / "configs" / name
+    result = CliRunner().invoke(app, ["run", str(config), "--json", *[a for kv in shrink for a in ("--set", kv)]])
+    assert result.exit_code == 0, result.output
+    return result, json.loads(result.stdout)["result"]
+
+
 def test_full_split_config_runs_its_path_at_small_n(tmp_path):
     """configs/qm9_u0_full.yaml as shipped (out-of-core matrices, λ by LOO up to eigh_max,
     then the large-N solver; sparse models beside them) with only the sizes shrunk: every
     model is reported at every size, the exact sizes above eigh_max were solved without an
     eigendecomposition, and each model's scratch matrices (exact and sparse) are gone
     afterwards."""
-    config = Path(__file__).parents[2] / "configs" / "qm9_u0_full.yaml"
     shrink = ["learning_curve.n_train=[10,16,22]", "learning_curve.n_test=6", "learning_curve.n_select=10",
               "regression.eigh_max=10", "kernel.grid_band_limit=3", "kernel.threads=1", "invariance.n_molecules=2",
               f"output={tmp_path / 'full'}"]
-    result = CliRunner().invoke(app, ["run", str(config), "--json", *[a for kv in shrink for a in ("--set", kv)]])
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)["result"]
+    _, document = run_shipped_config("qm9_u0_full.yaml", shrink)
     models = {"dressed-atom", "so3-ntk", "mlp-ntk", "power-spectrum", "cm-laplacian", "bob-laplacian",
               "so3-ntk-sparse", "mlp-ntk-sparse", "power-spectrum-sparse"}
     assert {(r["model"], r["n_train"]) for r in document["records"]} == {(m, n) for m in models for n in (10, 16, 22)}
@@ -215,12 +221,9 @@ def test_full_split_so3_config_runs_sparse_only_at_small_n(tmp_path):
     """configs/qm9_u0_full_so3.yaml as shipped (one candidate, no exact model, no selection
     set) with the sizes shrunk: only the dressed atoms and the sparse SO(3) NTK are reported,
     and the batch log (stderr not a terminal) has plain progress lines."""
-    config = Path(__file__).parents[2] / "configs" / "qm9_u0_full_so3.yaml"
     shrink = ["learning_curve.n_train=[30]", "learning_curve.n_test=6", "sparse.environments=40",
               "kernel.grid_band_limit=3", "kernel.threads=1", "invariance.n_molecules=2", f"output={tmp_path / 'so3'}"]
-    result = CliRunner().invoke(app, ["run", str(config), "--json", *[a for kv in shrink for a in ("--set", kv)]])
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)["result"]
+    result, document = run_shipped_config("qm9_u0_full_so3.yaml", shrink)
     assert {(r["model"], r["n_train"]) for r in document["records"]} == {("dressed-atom", 30), ("so3-ntk-sparse", 30)}
     sparse = next(r for r in document["records"] if r["model"] == "so3-ntk-sparse")
     assert sparse["n_inducing"] == 40 and math.isfinite(sparse["mae"])
@@ -233,18 +236,17 @@ def test_cpu20k_config_runs_four_sparse_models_on_one_inducing_pool(tmp_path):
     a pool of the first training molecules, Cholesky factor, kernel rows on disk) with the
     sizes shrunk: every model is reported at every size, with the same m at each size, and
     with no exact model."""
-    config = Path(__file__).parents[2] / "configs" / "qm9_u0_cpu20k.yaml"
     shrink = ["learning_curve.n_train=[12,24]", "learning_curve.n_test=6", "sparse.environments=30",
               "sparse.pool=12", "kernel.grid_band_limit=3", "kernel.threads=1", "invariance.n_molecules=0",
               f"output={tmp_path / 'out'}"]
-    result = CliRunner().invoke(app, ["run", str(config), "--json", *[a for kv in shrink for a in ("--set", kv)]])
-    assert result.exit_code == 0, result.output
-    records = json.loads(result.stdout)["result"]["records"]
+    _, document = run_shipped_config("qm9_u0_cpu20k.yaml", shrink)
+    records = document["records"]
     sparse = ("so3-ntk-sparse", "power-spectrum-sparse", "soap-dscribe-sparse", "fchl19-sparse")
     assert {(r["model"], r["n_train"]) for r in records} == {(m, n) for m in ("dressed-atom", *sparse) for n in (12, 24)}
     for r in records:
         if r["model"] != "dressed-atom":
             assert r["n_inducing"] == 30 and math.isfinite(r["mae"]), r
+    assert {k["storage"] for k in document["kernel_seconds"]} == {"disk"}
 
 
 

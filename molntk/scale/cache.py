@@ -9,13 +9,15 @@ with ``item keys`` = ``block_kernel.item_keys()``, a content digest of each mole
 block is identified by the content that determines it: the kernel and model config, the
 molecules of the block, in order, and the code version; not by the molecule set or the
 block's position in it (a learning curve extended by larger sizes finds every block of the
-shorter run: blocks are cut at each size, so its blocks group the same molecules). Each block file holds the named matrices plus ``__sha256__``, the
-SHA-256 of (name, dtype, shape, bytes) of every matrix in name order. Files are written to
-a temporary sibling and renamed (:func:`molntk.utils.files.atomic_path`), so a killed run
-leaves whole blocks or none; on read the checksum is recomputed, and an unreadable or
-mismatching file is reported by a :class:`DamagedBlockWarning` and treated as missing (the
-engine recomputes and rewrites it). ``manifest.json`` in the run directory records the key
-material for people.
+shorter run: blocks are cut at each size, so its blocks group the same molecules; a size
+added below the largest cuts the blocks between it and the next size differently, and
+those are computed again). Each block file holds the named matrices plus ``__sha256__``,
+the SHA-256 of (name, dtype, shape, bytes) of every matrix in name order. Files are
+written to a temporary sibling and renamed (:func:`molntk.utils.files.atomic_path`), so a
+killed run leaves whole blocks or none; on read the checksum is recomputed, and an
+unreadable or mismatching file is reported by a :class:`DamagedBlockWarning` and treated
+as missing (the engine recomputes and rewrites it). ``manifest.json`` in the run directory
+records the key material for people.
 """
 
 from __future__ import annotations

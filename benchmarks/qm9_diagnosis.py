@@ -1,6 +1,6 @@
 """What limits the SO(3) NTK's QM9 learning curve: one change at a time (issue "accuracy at scale").
 
-Every variant is the main job's model (:class:`~molntk.models.so3_recipe.SO3ModelRecipe`)
+Every variant is the default model (:class:`~molntk.models.so3_recipe.SO3ModelRecipe`)
 with one setting changed, fitted as the sparse model of the pipeline (m inducing atom
 environments, farthest-point sampled per element from the training molecules; K_mm
 eigenvalues ≤ rank_rtol · s_max dropped; λ by closed-form leave-one-out on the training
@@ -68,7 +68,7 @@ GROWTH16 = GaussianBasis(n=16, r_min=0.7, r_cut=3.0, width_growth=1.5)
 #: functions or a longer cutoff otherwise also change how nonlinear the erf is, i.e. the
 #: body-order weights (DESIGN §8).
 VARIANTS: dict[str, tuple[SO3ModelRecipe, int, str]] = {
-    "base": (BASE, 4000, "main job's model: 3 Å, 8 Gaussians, σ 0.3 rad, lift l < 3, erf, σ_w 2, σ_b 1"),
+    "base": (BASE, 4000, "default model: 3 Å, 8 Gaussians, σ 0.3 rad, lift l < 3, erf, σ_w 2, σ_b 1"),
     "grid6": (dataclasses.replace(BASE, grid_band_limit=6), 4000,
               "finer SO(3) quadrature: Lebedev grid of band limit 6 (600 nodes, base 380)"),
     "m2000": (BASE, 2000, "m = 2,000 inducing environments"),

@@ -80,8 +80,8 @@ SWEEPS = ("radial", "cutoff", "smearing", "lift")
 
 
 def matched_sigma_w(change: dict[str, Any], smearing_width: float, molecules: list, base_scale: float) -> float:
-    """σ_w of the changed feature maps (and lift) with the main job's pre-activation variance
-    (3 decimals); ``base_scale``: the main job's :func:`preactivation_scale` on ``molecules``."""
+    """σ_w of the changed feature maps (and lift) with the default model's pre-activation variance
+    (3 decimals); ``base_scale``: the default model's :func:`preactivation_scale` on ``molecules``."""
     features = dataclasses.replace(BASE.features, radial=radial_basis_from_dict(change["radial"]),
                                    smearing_width=change.get("smearing_width", smearing_width))
     changed = dataclasses.replace(BASE, features=features, layers=change.get("layers", BASE.layers))

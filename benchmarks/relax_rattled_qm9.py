@@ -2,8 +2,8 @@
 
 Variants, all of U0 in meV, each relaxing the same rattled molecules:
 
-- ``ntk``: the main job's SO(3) NTK model (the estimator's defaults: configs/qm9_u0.yaml's
-  features, network and Lebedev grid of band limit 5) in sparse mode, fitted on U0 of the first
+- ``ntk``: the SO(3) NTK estimator's defaults (8 Gaussians to 3 Å, ``lift:3 erf pool dense``
+  with σ_w = 2, σ_b = 1, Lebedev grid of band limit 5) in sparse mode, fitted on U0 of the first
   ``--n-train`` molecules of the standard split's training set (seed 0) with ``--inducing``
   inducing environments (farthest-point sampling);
 - ``xtb``: GFN2-xTB alone (tblite, :func:`molntk.data.md.xtb_calculator`), its energies put on

@@ -20,8 +20,8 @@ measured GPU pair rate (labelled projected).
 Model (``--model fast``, default): feature maps of band limit 3 (6 Gaussians, cutoff 5 Å,
 smearing 0.5), Lift(3, 1, 0.1) → ReLU → Pool → Dense(1, 0.1), SO3Grid(2), fast mode,
 element pairing, float64. ``--model default``: the first QM9 main job's model (see
-``MODELS``); ``--model main``: the current main job's (:class:`~molntk.models.SO3ModelRecipe`'s
-defaults, configs/qm9_u0.yaml, Lebedev grid of band limit 5).
+``MODELS``); ``--model main``: the SO(3) estimator's defaults (:class:`~molntk.models.SO3ModelRecipe`,
+Lebedev grid of band limit 5).
 
     python benchmarks/scaling.py                          # CPU, N = 100 200 400; Dask at N = 200
     python benchmarks/scaling.py --n 250 500 1000 2000    # the issue's grid (hours on 2 cores)
@@ -53,7 +53,7 @@ QM9_TRAIN, QM9_TEST = 110_000, 10_831
 MODELS = {
     "fast": "FeatureConfig(band_limit=3, smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0)); Lift(3, 1, 0.1) → ReLU → Pool → Dense(1, 0.1); SO3Grid(2) fast mode; element pairing; float64",
     "default": "the first QM9 main job's model: FeatureConfig(smearing_width=0.5, radial=GaussianBasis(n=6, r_cut=5.0)); lift:3 erf pool dense (σ_w = 1, σ_b = 0.1); SO3Grid(4) fast mode; element pairing; float64",
-    "main": "the QM9 main job's model (configs/qm9_u0.yaml): 8 Gaussians to 3 Å, smearing 0.3, band limit 4; lift:3 erf pool dense (σ_w = 2, σ_b = 1); SO3Grid(5, 'lebedev') fast mode; element pairing; float64",
+    "main": "the SO(3) estimator's defaults (SO3ModelRecipe()): 8 Gaussians to 3 Å, smearing 0.3, band limit 4; lift:3 erf pool dense (σ_w = 2, σ_b = 1); SO3Grid(5, 'lebedev') fast mode; element pairing; float64",
 }
 
 

@@ -7,7 +7,7 @@
    spills of each compiled shape; its relative error against the torch dual + weighted
    sum; and the torch path's time. Writes ``pooled_dual_triton_blocks.json``.
 2. ``--part tiles``: environment pairs per second of the sparse SO(3) NTK kernel
-   Θ(molecule, inducing environment) (the main job's model: 8 Gaussians to 3 Å, smearing
+   Θ(molecule, inducing environment) (the default model: 8 Gaussians to 3 Å, smearing
    0.3, band limit 4, ``lift:3 erf pool dense`` σw = 2, σb = 1, Lebedev grid of band limit
    5, element pairing, float64) for the first ``--n`` training molecules of QM9's standard
    split against ``--m`` of their environments (FPS), for tile sizes

@@ -3,7 +3,7 @@
 1. ``pooled_dual`` alone: ns per group value of the torch path (dual activation, then the
    weighted sum) and of the fused numba loop, for erf and ReLU on tiles of 1,024 pairs ×
    K values (K = 257, 381, 501: the three grids below plus the identity).
-2. The SO(3) NTK of the QM9 main job (configs/qm9_u0.yaml: 8 Gaussians to 3 Å, smearing
+2. The SO(3) NTK of the estimator's defaults (8 Gaussians to 3 Å, smearing
    0.3, band limit 4; lift:3 erf pool dense, σ_w = 2, σ_b = 1) on the first N training
    molecules, for three fast-mode grids — Gauss–Legendre B = 4 (256 nodes), B = 5 (500) and
    Lebedev B = 5 (380) — with the fused loop and with the torch path: seconds for the
@@ -133,7 +133,7 @@ def main() -> None:
         print(f"{r['activation']:<10} {r['values_per_pair']:>4} {r['torch_ns_per_value']:>15.2f} {r['fused_ns_per_value']:>15.2f} "
               f"{r['speedup']:>9.1f} {r['max_rel_difference']:>13.1e}")
     krows = kernel_rows(args.n, args.repeats)
-    print(f"\nSO(3) NTK of the main job, train×train on N = {args.n} QM9 molecules ({torch.get_num_threads()} threads)")
+    print(f"\nSO(3) NTK of the default model, train×train on N = {args.n} QM9 molecules ({torch.get_num_threads()} threads)")
     print(f"{'grid':<62} {'torch s':>8} {'fused s':>8} {'speed-up':>9} {'rotation err':>13} {'err vs GL10':>12}")
     for r in krows:
         print(f"{r['grid']:<62} {r['torch_seconds']:>8.2f} {r['fused_seconds']:>8.2f} {r['speedup']:>9.2f} "

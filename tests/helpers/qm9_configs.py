@@ -6,7 +6,7 @@ molecules, no cache (runs that are compared number for number).
 
 Both state the cheap feature maps, grid and λ floor they were written with (``FIXED``:
 smearing 0.5 rad, 6 Gaussians to 5 Å, Gauss–Legendre grid of band limit 3, psd_rtol 1e-4,
-σ_w = 1), so their numbers do not depend on the schema's defaults (the main job's model).
+σ_w = 1), so their numbers do not depend on the schema's defaults (the SO(3) estimator's).
 """
 
 FIXED = (

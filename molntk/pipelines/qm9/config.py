@@ -391,7 +391,7 @@ class SparseConfig(Section):
     ``exact_up_to``: the exact models run only on training sizes up to this (null: all),
     so a learning curve can go on where only the sparse models reach. ``rank_rtol``:
     eigenvalues of Θ(inducing, inducing) below rank_rtol × the largest are dropped from
-    its pseudo-inverse; 1e-10 stays above the quadrature error of the main job's kernels
+    its pseudo-inverse; 1e-10 stays above the quadrature error of the default model's kernels
     (≈ 5e-11 relative per entry) and, measured on QM9 U0 at N = 1,000
     (benchmarks/sparse_inducing.py), loses nothing against 1e-12, while 3e-8 (the λ floor)
     cut the rank to ≈ 300 and raised the MAE from 70 to 105 meV. ``solver``: ``nystrom``

@@ -1,9 +1,8 @@
 """Sparse (inducing-environment) SO(3) NTK against the exact one on QM9 U0 (not a test).
 
 The default model on QM9 (8 Gaussians to 3 Å, Lebedev grid of band limit 5, ``lift:3 erf
-pool dense`` with σ_w = 2 and ``--sigma-b``; standard split seed 0, the
-first N training and first ``--n-test`` test molecules; U0 minus the dressed-atom model
-in meV). The environment kernel k(env, env') of every environment (training and test)
+pool dense`` with σ_w = 2 and ``--sigma-b``; standard split seed 0, the first N training
+and first ``--n-test`` test molecules; U0 minus the dressed-atom model in meV). The environment kernel k(env, env') of every environment (training and test)
 against every training environment is computed once (element pairing: zero across
 elements); from it, by sums over atoms, the exact molecular kernels and, for every m and
 selection, the sparse model's K_mm, K_nm and K_tm. Each model's λ is chosen by

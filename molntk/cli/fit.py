@@ -5,8 +5,8 @@
   settings).
 * ``molntk fit --data FILE --target KEY [--unit U] [--baseline gfn2-xtb]``: the estimator's
   defaults (8 Gaussians to 3 Å: the main job's width-growth maps fit equilibrium geometries
-  only) with the file's elements, on every molecule of FILE that
-  could be read (:func:`molntk.pipelines.qm9.fit_labelled_file`); ``--baseline``: Δ-learning
+  only) with the file's elements, on every molecule of FILE that could be read
+  (:func:`molntk.pipelines.qm9.fit_labelled_file`); ``--baseline``: Δ-learning
   on GFN2-xTB (:mod:`molntk.models.delta`; the target must be an energy in ``--unit``).
 * ``molntk fit --data FILE --target KEY --forces [--inducing m]``: a force field trained on
   the energies KEY (eV) and the per-atom forces (eV/Å) of every frame of FILE (extended xyz,

@@ -2,9 +2,9 @@
 molntk.models.forces) on real QM9 molecules: central finite differences of ``predict``,
 symmetries, cutoffs, the cached reference state, and errors.
 
-Models: the estimator's defaults (8 Gaussians to 3 Å, ``lift:3 erf pool dense``, Lebedev grid
-of band limit 5) fitted on 30 QM9 molecules, exact and sparse (60 inducing environments); each fit
-and force evaluation takes well under a second.
+Models: the estimator's defaults (8 Gaussians to 3 Å, ``lift:3 erf pool dense``, Lebedev
+grid of band limit 5) fitted on 30 QM9 molecules, exact and sparse (60 inducing
+environments); each fit and force evaluation takes well under a second.
 """
 
 from __future__ import annotations

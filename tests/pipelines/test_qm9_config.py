@@ -103,6 +103,28 @@ def test_an_so3_candidate_may_bring_its_own_radial_basis(tmp_path):
         ])
 
 
+def test_an_so3_candidate_may_bring_its_own_quadrature_grid(tmp_path):
+    """A candidate's ``grid_band_limit`` replaces the kernel section's grid in its recipe, its
+    kernel and its label (and only in its own); the other candidate keeps the section's; an
+    out-of-range grid is an error naming the candidate's key."""
+    from molntk.pipelines.qm9.candidates import so3_candidates, so3_recipe
+
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    loaded = TASKS.load(str(config), [
+        "kernel.grid_band_limit=4",
+        "models.so3_ntk={candidates: [{layers: 'lift:2 erf pool dense'}, "
+        "{layers: 'lift:2 erf pool dense', grid_band_limit: 6}]}",
+    ])
+    plain, own = (so3_recipe(loaded, c, "sum") for c in loaded.models.so3_ntk.candidates)
+    assert (plain.grid_band_limit, own.grid_band_limit) == (4, 6)
+    assert plain.features == own.features
+    labels = [c.label for c in so3_candidates(loaded, "sum")]
+    assert "grid" not in labels[0] and labels[1].endswith(", grid band limit 6")
+    with pytest.raises(ConfigValidationError, match=r"models\.so3_ntk\.candidates\[0\]\.grid_band_limit"):
+        TASKS.load(str(config), ["models.so3_ntk={candidates: [{layers: 'lift:2 erf pool dense', grid_band_limit: 0}]}"])
+
+
 def test_soap_candidates_span_cutoff_width_and_zeta_and_an_edge_on_any_axis_is_reported(tmp_path):
     """SOAP's candidates are r_cuts × sigmas × zetas; the chosen one is at the grid's edge when
     it takes the smallest or largest value of any axis that has two or more values."""

@@ -65,7 +65,8 @@ def dtype_and_device(config: QM9PropertyConfig) -> tuple[torch.dtype, str]:
 def so3_recipe(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str,
                elements: Sequence[int] | None = None) -> SO3ModelRecipe:
     """The SO(3) model of one candidate under the run's ``features``, ``kernel`` and
-    ``regression`` sections (a candidate's ``smearing_width`` and ``radial`` replace the feature maps');
+    ``regression`` sections (a candidate's ``smearing_width`` and ``radial`` replace the
+    feature maps', its ``grid_band_limit`` the kernel section's);
     ``elements``: its element set (None: the feature maps' default, QM9's)."""
     features = config.features.feature_config(elements)
     if candidate.smearing_width is not None:
@@ -75,8 +76,9 @@ def so3_recipe(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str,
     kernel = config.kernel
     return SO3ModelRecipe(
         layers=candidate.layers, sigma_w=candidate.sigma_w, sigma_b=candidate.sigma_b, features=features,
-        grid_band_limit=kernel.grid_band_limit, sampling=kernel.sampling, mode=kernel.mode, pairing=kernel.pairing,
-        reduce=reduce, dtype=kernel.dtype, block_size=kernel.block_size, psd_rtol=config.regression.psd_rtol,
+        grid_band_limit=candidate.grid_band_limit or kernel.grid_band_limit, sampling=kernel.sampling,
+        mode=kernel.mode, pairing=kernel.pairing, reduce=reduce, dtype=kernel.dtype, block_size=kernel.block_size,
+        psd_rtol=config.regression.psd_rtol,
     )
 
 
@@ -98,6 +100,8 @@ def so3_candidates(config: QM9PropertyConfig, reduce: str, elements: Sequence[in
         if c.smearing_width is not None:
             label += f", smearing {c.smearing_width:g} rad"
         label += radial_label(c.radial)
+        if c.grid_band_limit is not None:
+            label += f", grid band limit {c.grid_band_limit}"
         out.append(Candidate(label, c.model_dump(), recipe.molecular_kernel(device), recipe.quadrature))
     return out
 

@@ -154,6 +154,9 @@ class FeatureMapsConfig(Section):
         return FeatureConfig.from_dict(keys)
 
 
+GridBandLimit = Annotated[int, Field(strict=True, ge=1, le=12)]
+
+
 class KernelConfig(Section):
     """How SO(3) kernels are evaluated: ``mode`` (fast: invariant recursion; exact: the
     discretised network), the SO(3) grid (``grid_band_limit``, ``sampling``), atom
@@ -164,7 +167,7 @@ class KernelConfig(Section):
     use element pairing."""
 
     mode: Literal["fast", "exact"] = RECIPE.mode
-    grid_band_limit: Annotated[int, Field(strict=True, ge=1, le=12)] = RECIPE.grid_band_limit
+    grid_band_limit: GridBandLimit = RECIPE.grid_band_limit
     sampling: Literal["gauss-legendre", "driscoll-healy", "lebedev"] = RECIPE.sampling
     pairing: Literal["element", "shared", "atom-index"] = RECIPE.pairing
     dtype: Literal["float64", "float32"] = RECIPE.dtype
@@ -177,13 +180,16 @@ class SO3Candidate(Section):
     """One SO(3) architecture (:mod:`molntk.kernels.so3.spec`), e.g. ``lift:3 relu pool dense``;
     ``smearing_width`` (rad) and ``radial`` (a radial basis, as the ``features`` section's)
     replace the feature maps' angular smearing and radial basis for this candidate, so that
-    cross-validation chooses the feature maps with the network."""
+    cross-validation chooses the feature maps with the network; ``grid_band_limit``
+    replaces the ``kernel`` section's SO(3) grid for this candidate (a lift of a higher band
+    limit on sharp densities needs a finer quadrature to stay rotation invariant)."""
 
     layers: str
     sigma_w: Positive = RECIPE.sigma_w
     sigma_b: NonNegative = RECIPE.sigma_b
     smearing_width: NonNegative | None = None
     radial: dict[str, Any] | None = None
+    grid_band_limit: GridBandLimit | None = None
 
     @model_validator(mode="after")
     def _parses(self) -> SO3Candidate:

@@ -119,8 +119,9 @@ def test_an_so3_candidate_may_bring_its_own_quadrature_grid(tmp_path):
     plain, own = (so3_recipe(loaded, c, "sum") for c in loaded.models.so3_ntk.candidates)
     assert (plain.grid_band_limit, own.grid_band_limit) == (4, 6)
     assert plain.features == own.features
-    labels = [c.label for c in so3_candidates(loaded, "sum")]
-    assert "grid" not in labels[0] and labels[1].endswith(", grid band limit 6")
+    candidates = so3_candidates(loaded, "sum")
+    assert [c.kernel.ctx.grid.band_limit for c in candidates] == [4, 6]
+    assert "grid" not in candidates[0].label and candidates[1].label.endswith(", grid band limit 6")
     with pytest.raises(ConfigValidationError, match=r"models\.so3_ntk\.candidates\[0\]\.grid_band_limit"):
         TASKS.load(str(config), ["models.so3_ntk={candidates: [{layers: 'lift:2 erf pool dense', grid_band_limit: 0}]}"])
 

@@ -9,6 +9,9 @@ process and records:
 - ``wall_seconds``: the whole run (loading QM9, features, inducing environments, kernel
   blocks, solve, predictions, report files);
 - ``kernel_seconds``: the pipeline's compute seconds of the kernel blocks per model;
+- ``kernel_blocks``: how many blocks the run computed and how many it read from its block
+  cache (a cached block's seconds are those recorded when it was computed, and the wall
+  time does not include them);
 - the test records (MAE, RMSE, fit and predict seconds, λ, rank, …);
 - ``peak_rss_mb`` (this process) and ``gpu_peak_mb`` (torch's allocator, CUDA only).
 
@@ -71,6 +74,7 @@ def run(config_path: str, overrides: list[str], output: Path) -> dict:
         "torch": torch.__version__,
         "wall_seconds": wall,
         "kernel_seconds": result["kernel_seconds"],
+        "kernel_blocks": result["kernel_blocks"],
         "records": [{k: v for k, v in r.items() if k != "cv"} for r in result["records"]],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
@@ -90,6 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n{row['device']}: {row['config']} {' '.join(row['overrides'])}")
     print(f"wall {row['wall_seconds']:.1f} s, peak RSS {row['peak_rss_mb']:.0f} MB"
           + (f", GPU peak {row['gpu_peak_mb']:.0f} MB" if row["gpu_peak_mb"] is not None else ""))
+    blocks = row["kernel_blocks"]
+    print(f"kernel blocks: {blocks['computed']} computed, {blocks['from_cache']} read from the block cache")
     for k in row["kernel_seconds"]:
         print(f"  kernel {k['model']}: " + ", ".join(f"{part} {k[part]:.1f} s" for part in ("inducing", "train", "test") if part in k))
     for r in row["records"]:

@@ -60,12 +60,13 @@ def default_executor(kernel: BlockKernel) -> Executor:
 @dataclass(frozen=True, eq=False)
 class KernelAssembly:
     """Assembled matrices (``name_train``, ``name_test``; memmaps when stored on disk), the
-    planned blocks and each block's compute seconds (those loaded from the cache report the
-    time recorded when they were computed)."""
+    planned blocks, each block's compute seconds (those loaded from the cache report the
+    time recorded when they were computed) and whether it was loaded from the cache."""
 
     matrices: dict[str, np.ndarray]
     blocks: list[Block]
     seconds: np.ndarray
+    from_cache: np.ndarray
 
     def seconds_up_to(self, n: int, test_rows: int | None = None) -> tuple[float, float]:
         """(train, test) compute seconds of the blocks within the first ``n`` training
@@ -190,6 +191,7 @@ def assemble_kernels(
     blocks = plan_blocks(train, test, side, boundaries, test_boundaries)
     assembly = _Assembly(len(train), None if test is None else len(test), None if storage_dir is None else Path(storage_dir))
     seconds = np.full(len(blocks), math.nan)
+    from_cache = np.zeros(len(blocks), dtype=bool)
     cache = None
     if cache_dir is not None:
         key, items = getattr(block_kernel, "cache_key", None), getattr(block_kernel, "item_keys", None)
@@ -203,6 +205,7 @@ def assemble_kernels(
             todo.append(number)
             continue
         seconds[number] = float(cached.pop(SECONDS, math.nan))
+        from_cache[number] = True
         assembly.place(block, cached)
         done += 1
         if progress is not None:
@@ -217,4 +220,4 @@ def assemble_kernels(
         done += 1
         if progress is not None:
             progress(done, len(blocks))
-    return KernelAssembly(assembly.result(), blocks, seconds)
+    return KernelAssembly(assembly.result(), blocks, seconds, from_cache)

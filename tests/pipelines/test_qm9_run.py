@@ -429,8 +429,9 @@ def test_an_extended_curve_reads_the_blocks_of_the_shorter_run(tmp_path, monkeyp
     """``sparse.pool`` fixes the inducing environments, and the block cache knows a block by
     its molecules: a run extended from 24 to 30 training molecules in the same output folder
     computes only the rows of molecules 24–29 against the 40 inducing environments (7 blocks
-    of 6 columns; the selection, exact and test blocks all come from the first run's cache),
-    and its records at 10 and 24 molecules are the first run's, number for number."""
+    of 6 columns; the selection, exact and test blocks all come from the first run's cache,
+    and its report counts them so), and its records at 10 and 24 molecules are the first
+    run's, number for number."""
     from molntk.scale.executors import SerialExecutor
 
     config = tmp_path / "pool.yaml"
@@ -444,6 +445,8 @@ def test_an_extended_curve_reads_the_blocks_of_the_shorter_run(tmp_path, monkeyp
     second = CliRunner().invoke(app, [*common, "--set", "learning_curve.n_train=[10,24,30]"])
     assert second.exit_code == 0, second.output
     assert len(computed) == 7 and all(np.array_equal(rows, 40 + np.arange(24, 30)) for rows, _ in computed), computed
+    tallies = [json.loads(run.stdout)["result"]["kernel_blocks"] for run in (first, second)]
+    assert tallies[1]["computed"] == 7 and tallies[1]["from_cache"] >= tallies[0]["computed"], tallies
     before, after = ({(r["model"], r["n_train"]): r["mae"] for r in json.loads(run.stdout)["result"]["records"]}
                      for run in (first, second))
     assert ("power-spectrum-sparse", 30) in after

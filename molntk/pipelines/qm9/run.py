@@ -55,7 +55,8 @@ def run_qm9_property(
     matrices_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the pipeline; returns ``{"records", "search", "predictions", "kernel_seconds",
-    "sizes", …, "models"}`` (``models``: target → its fitted SO(3) model,
+    "kernel_blocks", "sizes", …, "models"}`` (``kernel_blocks``: {computed, from_cache}
+    counts of the kernel blocks; ``models``: target → its fitted SO(3) model,
     :func:`saves_so3_model`). Kernel blocks are cached under ``cache_dir`` when given; with
     ``compute.storage: disk`` the chosen kernels are ``.npy`` memory maps under ``matrices_dir``."""
     compute = config.compute
@@ -74,6 +75,7 @@ def run_qm9_property(
         "search": search,
         "predictions": predictions,
         "kernel_seconds": kernel_seconds,
+        "kernel_blocks": {"computed": assembler.tally.computed, "from_cache": assembler.tally.from_cache},
         "sizes": sets.sizes,
         "n_test": sets.n_test,
         "n_invariance_molecules": sets.n_rotated // sets.n_rotations,

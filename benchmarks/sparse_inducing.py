@@ -2,9 +2,9 @@
 
 The default model on QM9 (8 Gaussians to 3 Å, Lebedev grid of band limit 5, ``lift:3 erf
 pool dense`` with σ_w = 2 and ``--sigma-b``; standard split seed 0, the first N training
-and first ``--n-test`` test molecules; U0 minus the dressed-atom model in meV). The environment kernel k(env, env') of every environment (training and test)
-against every training environment is computed once (element pairing: zero across
-elements); from it, by sums over atoms, the exact molecular kernels and, for every m and
+and first ``--n-test`` test molecules; U0 minus the dressed-atom model in meV). The
+environment kernel k(env, env') of every environment (training and test) against every
+training environment is computed once (element pairing: zero across elements); from it, by sums over atoms, the exact molecular kernels and, for every m and
 selection, the sparse model's K_mm, K_nm and K_tm. Each model's λ is chosen by
 closed-form LOO on the training set over the same relative grid (floored at psd_rtol);
 the sparse model drops K_mm eigenvalues below ``--rank-rtol`` · s_max (default: the

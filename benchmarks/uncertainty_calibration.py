@@ -3,8 +3,8 @@
 The default model (:class:`~molntk.models.so3_recipe.SO3ModelRecipe`: ``lift:3 erf pool
 dense``, σ_w = 2, σ_b = 1, 8 Gaussians to 3 Å, Lebedev grid of band limit 5) on the
 standard split (seed 0): the first N training molecules, the first ``--n-test`` test
-molecules, U0 minus the dressed-atom model in meV, λ by closed-form LOO over the quadrature's λ grid. The molecular
-NTK Θ and NNGP K (train × train, test × train, and the test molecules' self-kernels) are
+molecules, U0 minus the dressed-atom model in meV, λ by closed-form LOO over the
+quadrature's λ grid. The molecular NTK Θ and NNGP K (train × train, test × train, and the test molecules' self-kernels) are
 computed once and kept in ``--cache`` (a rerun reuses them).
 
 For every way of giving a standard deviation (:class:`~molntk.regression.KernelRegressor`'s

@@ -29,8 +29,9 @@ class BlockTally:
 
     def add(self, assembly: KernelAssembly) -> None:
         """Count the blocks of one assembly."""
-        self.from_cache += int(assembly.from_cache.sum())
-        self.computed += int(assembly.from_cache.size - assembly.from_cache.sum())
+        cached = int(assembly.from_cache.sum())
+        self.from_cache += cached
+        self.computed += len(assembly.from_cache) - cached
 
 
 @dataclass(frozen=True)

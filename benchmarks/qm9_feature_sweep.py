@@ -9,7 +9,9 @@ from 0.7 to 3 Å, angular smearing 0.3 rad) changed at a time, in sweeps:
 - ``smearing``: angular smearing σ = 0, 0.15 and 0.5 rad;
 - ``lift``: the lift's band limit l < 4 (the Wigner kernel's λ_max = 3), with the reference's
   smearing and without; its degree-3 terms need a finer grid than the scale config's
-  (``--set kernel.grid_band_limit=7``, which the reference row then uses too).
+  (``--set kernel.grid_band_limit=7``, which the reference row then uses too);
+- ``depth``: a group convolution of band limit 3 and a second erf between the lift and
+  the pool (``lift:3 erf conv:3 erf pool dense``).
 
 Every changed candidate has σ_w *matched*: rescaled to keep the lift's input-dependent
 pre-activation variance σ_w² · mean ‖f‖²_{l<L} / C (L the lift's band limit) of the main
@@ -73,10 +75,12 @@ def sweep_changes(sweep: str, radial: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"smearing_width": sigma} for sigma in (0.0, 0.15, 0.5)]
     if sweep == "lift":
         return [{"layers": "lift:4 erf pool dense"}, {"layers": "lift:4 erf pool dense", "smearing_width": 0.0}]
+    if sweep == "depth":
+        return [{"layers": "lift:3 erf conv:3 erf pool dense"}]
     raise ValueError(f"unknown sweep {sweep!r}; choose one of {SWEEPS}")
 
 
-SWEEPS = ("radial", "cutoff", "smearing", "lift")
+SWEEPS = ("radial", "cutoff", "smearing", "lift", "depth")
 
 
 def matched_sigma_w(change: dict[str, Any], smearing_width: float, molecules: list, base_scale: float) -> float:

@@ -352,14 +352,21 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         return molecules, y, np.concatenate(flat)
 
     def fit(self, X: Any, energies: Any, forces: Sequence[Any], baseline_results: BaselineResult | None = None,
-            *, target: str = "energy", provenance: dict[str, Any] | None = None) -> SO3ForceFieldRegressor:
+            *, target: str = "energy", provenance: dict[str, Any] | None = None,
+            kernel_cache: str | Path | None = None) -> SO3ForceFieldRegressor:
         """Fit on molecules X, their energies (N,) and forces (a list of (n_i, 3), energy unit
         per Å). With a ``baseline``, on E − E_B and F − F_B (``baseline_results``: the baseline
         of X in ``unit`` computed elsewhere, e.g. cached; None: computed here). ``target``
         names the energies (kept as ``target_`` and in the model file); ``provenance``
         (JSON-ready facts about the training set) is kept as ``provenance_`` with ``n_train``,
-        the molntk version and the time of the fit."""
+        the molntk version and the time of the fit. ``kernel_cache`` (exact model): a folder
+        where the training joint kernel's rows are stored as they are computed
+        (:func:`~molntk.molecular.derivative_kernels.joint_kernel`'s ``cache_dir``), so a
+        killed fit resumes from them."""
         lam_e, lam_f = self._check_params()
+        if kernel_cache is not None and self.inducing is not None:
+            raise InputError("kernel_cache", "stores the exact model's joint kernel; the sparse model (inducing="
+                             f"{self.inducing}) has none")
         self._references = None  # the exact model's contracted training tangents, made at the first prediction
         molecules, e, f = self._training_data(X, energies, forces)
         if self.baseline is None and baseline_results is not None:
@@ -382,16 +389,17 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         if self.sparse_:
             self._fit_sparse(kernel, molecules, y, is_force, groups, lam_e, lam_f)
         else:
-            self._fit_exact(kernel, molecules, y, is_force, groups, lam_e, lam_f)
+            self._fit_exact(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache)
         self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
         self.n_features_in_ = 1
         return self
 
     def _fit_exact(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray, is_force: np.ndarray,
-                   groups: list[np.ndarray], lam_e: float | None, lam_f: float | None) -> None:
+                   groups: list[np.ndarray], lam_e: float | None, lam_f: float | None,
+                   kernel_cache: str | Path | None) -> None:
         """α of the joint kernel (module docstring, exact model)."""
         check_exact_memory(len(y), grid_search=lam_e is None and self.noise_search == "grid")
-        K = joint_kernel(kernel, molecules)
+        K = joint_kernel(kernel, molecules, cache_dir=kernel_cache)
         if lam_e is None and self.noise_search == "local":
             lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_ = select_noise_local(
                 K, y, is_force, groups, floor=self.psd_rtol, device=kernel.ctx.device)

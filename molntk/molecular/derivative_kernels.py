@@ -55,8 +55,11 @@ which needs a GPU).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -72,7 +75,9 @@ from molntk.molecular.pooled_derivatives import (
     tangent_features,
     value_budget,
 )
+from molntk.molecular.sets import molecule_digests
 from molntk.molecular.so3 import SO3MolecularKernel
+from molntk.scale.cache import BlockCache
 from molntk.utils.autograd import grads_or_zeros
 
 #: Environment pairs (query × reference) per autograd graph (the graph of a second-order
@@ -203,7 +208,8 @@ def force_offsets(molecules: Sequence[Molecule]) -> np.ndarray:
 
 
 def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
-                 others: Sequence[Molecule] | None = None, *, method: str = "auto") -> np.ndarray:
+                 others: Sequence[Molecule] | None = None, *, method: str = "auto",
+                 cache_dir: str | Path | None = None) -> np.ndarray:
     """The joint covariance of energies and forces, (N + 3Σn) × (N' + 3Σn') (module docstring):
 
         [[Θ,         −∂Θ/∂r'      ],
@@ -213,7 +219,13 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
     ``others`` (None: ``molecules``, a symmetric matrix, each pair computed once as
     Θ(M_i, M_j) with i ≤ j: the fast-mode quadrature is symmetric in its two molecules only to
     its accuracy, ≈ 1e-5 relative on the Lebedev grid of band limit 5). ``method`` as
-    :func:`derivative_rows`'s; the closed form computes each molecule's tangent feature maps once."""
+    :func:`derivative_rows`'s; the closed form computes each molecule's tangent feature maps once.
+
+    ``cache_dir`` (symmetric call only): the rows of every :data:`CACHED_MOLECULES` molecules
+    (against themselves and the molecules after them) are stored there as they are computed
+    (:class:`~molntk.scale.cache.BlockCache`, keyed by the kernel's settings, the route and
+    the molecules' content), so a killed computation resumes where it stopped and a later
+    call on the same molecules reads the matrix instead of computing it."""
     check_kernel(kernel)
     same = others is None
     others = molecules if same else others
@@ -221,15 +233,30 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
         raise InputError("molecules", "no molecules")
     if len(others) == 0:
         raise InputError("others", "no molecules")
+    if cache_dir is not None and not same:
+        raise InputError("cache_dir", "the joint kernel's block cache serves symmetric calls (others=None) only")
     n, n2 = len(molecules), len(others)
     off, off2 = force_offsets(molecules), force_offsets(others)
     out = np.zeros((n + off[-1], n2 + off2[-1]))
     closed = _closed_form(kernel, method)
-    if closed:
+    cache = None if cache_dir is None else joint_block_cache(cache_dir, kernel, molecules, closed)
+    todo = np.ones(n, dtype=bool)
+    if cache is not None:
+        for a in range(0, n, CACHED_MOLECULES):
+            b = min(a + CACHED_MOLECULES, n)
+            stored = cache.load(np.arange(a, b), np.arange(a, n))
+            if stored is not None:  # its rows, and mirrored into the rows of the later molecules
+                rows, cols, later = block_indices(n, off, a, b)
+                out[np.ix_(rows, cols)] = stored["joint"]
+                out[np.ix_(cols[later], rows)] = stored["joint"][:, later].T
+                todo[a:b] = False
+    if closed and todo.any():
         tangents = tangent_features(kernel, molecules)
         tangents2 = tangents if same else tangent_features(kernel, others)
         budget = value_budget(kernel.ctx.device)
     for i, mol in enumerate(molecules):
+        if not todo[i]:
+            continue
         start = i if same else 0
         if closed:
             rows = DerivativeRows(*closed_form_rows(kernel, tangents.molecules(i, i + 1), tangents2.molecules(start, n2),
@@ -248,7 +275,35 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
             out[fcols, i] = -rows.d_ref
             out[cols, n + off[i] : n + off[i + 1]] = -rows.d_query.T
             out[fcols, n + off[i] : n + off[i + 1]] = rows.mixed.T
+        if cache is not None and ((i + 1) % CACHED_MOLECULES == 0 or i + 1 == n):  # the block is whole
+            a = i - i % CACHED_MOLECULES
+            block_rows, block_cols, _ = block_indices(n, off, a, i + 1)
+            cache.store(np.arange(a, i + 1), np.arange(a, n), {"joint": out[np.ix_(block_rows, block_cols)]})
     return out
+
+
+#: Molecules per stored block of :func:`joint_kernel`'s cache (their rows against themselves
+#: and every later molecule).
+CACHED_MOLECULES = 16
+
+
+def joint_block_cache(directory: str | Path, kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
+                      closed: bool) -> BlockCache:
+    """The :class:`~molntk.scale.cache.BlockCache` of ``kernel``'s joint kernel on ``molecules``:
+    kernel key sha256(json{settings, "joint", route}), item keys the molecules' content digests."""
+    material = {"kernel": kernel.settings(), "matrix": "joint energy-force", "closed_form": closed}
+    key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
+    return BlockCache(directory, key, molecule_digests(molecules))
+
+
+def block_indices(n: int, off: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of molecules a … b−1 (energies, then their force components) and columns of
+    molecules a … n−1 in the symmetric joint matrix of n molecules (force offsets ``off``),
+    and which of those columns belong to molecules b … n−1 (a boolean mask)."""
+    rows = np.concatenate([np.arange(a, b), n + np.arange(off[a], off[b])])
+    cols = np.concatenate([np.arange(a, n), n + np.arange(off[a], off[n])])
+    later = np.concatenate([np.arange(a, n) >= b, np.arange(off[a], off[n]) >= off[b]])
+    return rows, cols, later
 
 
 def expansion_energy_and_gradient(kernel: SO3MolecularKernel, query: Molecule, references: Sequence[Molecule],

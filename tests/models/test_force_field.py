@@ -246,6 +246,8 @@ def test_bad_inputs_name_the_argument(tiny, sample):
         SO3ForceFieldRegressor(noise_search="eigh", **PARAMS).fit(mols, e, f)
     with pytest.raises(InputError, match="noise_search"):
         SO3ForceFieldRegressor(noise_search="local", inducing=10, **PARAMS).fit(mols, e, f)
+    with pytest.raises(InputError, match="kernel_cache"):
+        SO3ForceFieldRegressor(inducing=10, **PARAMS).fit(mols, e, f, kernel_cache="unused")
     with pytest.raises(InputError, match="SO3ForceFieldRegressor"):
         SO3ForceFieldRegressor(**PARAMS).predict(mols)
     with pytest.raises(InputError):

@@ -23,6 +23,7 @@ from molntk.errors import InputError
 from molntk.features.environments import FeatureConfig
 from molntk.features.radial import GaussianBasis
 from molntk.models.so3_recipe import SO3ModelRecipe
+from molntk.molecular import derivative_kernels
 from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -160,6 +161,44 @@ def test_joint_kernel_assembles_the_rows(frames):
     value, grad = expansion_energy_and_gradient(k, mols[1], mols, a, b)
     assert value == pytest.approx(rows.theta @ a + rows.d_ref @ b, rel=1e-12)
     np.testing.assert_allclose(grad.reshape(-1), rows.d_query @ a + rows.mixed @ b, rtol=0, atol=1e-12 * np.abs(grad).max())
+
+
+def test_joint_kernel_resumes_from_its_block_cache(frames, tmp_path, monkeypatch):
+    """With ``cache_dir`` the symmetric joint matrix of 5 molecules (blocks of 2: rows of
+    molecules {0, 1}, {2, 3}, {4} against those after them) equals the uncached one to rounding
+    (the same computation; BLAS may round differently from call to call: bound 1e-13 of the
+    largest entry); a computation killed in its second block resumes with the last two blocks;
+    a later call reads every block (exactly the stored float64 values) and computes no row;
+    other molecules find none of those blocks."""
+    monkeypatch.setattr(derivative_kernels, "CACHED_MOLECULES", 2)
+    k, mols = kernel(), frames[:5]
+    plain = joint_kernel(k, mols)
+    computed, kill_at = [], [2]  # the first row of the second block
+    real_rows = derivative_kernels.closed_form_rows
+
+    def counted(kernel_, query, references, **kw):
+        if len(computed) in kill_at:
+            kill_at.clear()
+            raise RuntimeError("killed")
+        computed.append(query)
+        return real_rows(kernel_, query, references, **kw)
+
+    monkeypatch.setattr(derivative_kernels, "closed_form_rows", counted)
+    with pytest.raises(RuntimeError, match="killed"):
+        joint_kernel(k, mols, cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("*/*.npz"))) == 1
+    computed.clear()
+    resumed = joint_kernel(k, mols, cache_dir=tmp_path)
+    assert len(computed) == 3  # molecules 2, 3, 4
+    np.testing.assert_allclose(resumed, plain, rtol=0, atol=1e-13 * np.abs(plain).max())
+    monkeypatch.setattr(derivative_kernels, "closed_form_rows", lambda *a, **kw: pytest.fail("row computed"))
+    np.testing.assert_array_equal(joint_kernel(k, mols, cache_dir=tmp_path), resumed)
+    monkeypatch.setattr(derivative_kernels, "closed_form_rows", counted)
+    computed.clear()
+    joint_kernel(k, frames[1:6], cache_dir=tmp_path)
+    assert len(computed) == 5
+    with pytest.raises(InputError, match="cache_dir"):
+        joint_kernel(k, mols, mols, cache_dir=tmp_path)
 
 
 def test_bad_inputs_name_the_argument(frames):

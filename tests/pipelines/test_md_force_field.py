@@ -81,6 +81,10 @@ def test_a_tiny_run_writes_its_files_and_force_training_beats_energy_training_on
     assert by["so3-ntk-forces", 8]["force_mae"] < by["so3-ntk-energy", 8]["force_mae"]
     assert {"reg_energy_", "reg_force_"} <= set(by["so3-ntk-forces", 8]["chosen"])
     assert by["sgdml", 8]["chosen"]["sigma_"] == 20.0
+    # The joint kernels' rows are in the output's kernel cache: one block of 4 frames, which
+    # both exact fits at 4 share (so3_forces has no inducing points here), and one of 8.
+    blocks = [np.load(path)["joint"].shape for path in (out / "kernel_cache").glob("*/*.npz")]
+    assert sorted(blocks) == [(4 * 28, 4 * 28), (8 * 28, 8 * 28)]
 
 
 def test_a_failing_fit_is_reported_the_others_go_on_and_a_rerun_fits_only_what_is_missing(tmp_path, monkeypatch):

@@ -125,4 +125,5 @@ class MDForceFieldConfig(TaskConfig):
     models: MDModelsConfig = MDModelsConfig()
     compute: MDComputeConfig = MDComputeConfig()
     output: UserPath | None = None
-    cache: bool = Field(default=True, description="keep each fit's record in <output>/fit_cache: a killed run resumes")
+    cache: bool = Field(default=True, description="keep each fit's record in <output>/fit_cache and the exact force "
+                        "field's kernel rows in <output>/kernel_cache: a killed run resumes")

@@ -43,6 +43,9 @@ def frames_path(config: MDForceFieldConfig) -> Path:
     return path
 
 
+#: Folder of the output where exact force fields store their joint kernels' rows (``cache: true``).
+KERNEL_FOLDER = "kernel_cache"
+
 #: Config key of each model section → the model's name in the records.
 MODEL_KEYS = {"so3_forces": "so3-ntk-forces", "so3_forces_exact": "so3-ntk-forces-exact", "so3_energy": "so3-ntk-energy",
               "sgdml": "sgdml", "fchl19": "fchl19"}
@@ -80,14 +83,18 @@ def split(config: MDSplitConfig, n_frames: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray, train: np.ndarray,
-             test: np.ndarray, unit: str) -> dict[str, Any]:
+             test: np.ndarray, unit: str, kernel_cache: Path | None = None) -> dict[str, Any]:
     """Fit ``estimator`` on the frames ``train`` (energies and forces; the energy-only
-    model ignores the forces), predict energies and forces of ``test``: one record."""
+    model ignores the forces), predict energies and forces of ``test``: one record.
+    ``kernel_cache``: where an exact SO(3) force field stores its joint kernel's rows (a
+    killed fit resumes; :meth:`SO3ForceFieldRegressor.fit`)."""
     pick = lambda rows: [data.molecules[i] for i in rows]  # noqa: E731
     forces = [data.forces[i] for i in train]
     tic = time.perf_counter()
     if isinstance(estimator, SO3NTKRegressor):
         estimator.fit(pick(train), energies[train])
+    elif isinstance(estimator, SO3ForceFieldRegressor) and estimator.inducing is None and kernel_cache is not None:
+        estimator.fit(pick(train), energies[train], forces, kernel_cache=kernel_cache)
     else:
         estimator.fit(pick(train), energies[train], forces)
     fit_seconds = time.perf_counter() - tic
@@ -116,7 +123,8 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     "failures", "failed_fits", "skipped_fits", "wall_seconds"}``; ``progress("fits", done,
     total)`` after each fit. A model is fitted at the sizes up to its ``max_n_train``; the
     others are listed in ``skipped_fits``. Each fit's record is stored as it finishes (:mod:`~molntk.pipelines.md.fits`,
-    ``cache: true``): a rerun resumes. A fit that raises is reported in ``failed_fits``
+    ``cache: true``): a rerun resumes, and an exact SO(3) force field stores its joint kernel's
+    rows as they are computed (``kernel_cache/``), so a fit killed halfway resumes too. A fit that raises is reported in ``failed_fits``
     ({model, n_train, error}) and the others go on; MolntkError when every fit failed."""
     start = time.perf_counter()
     out = output_dir(config.name, config.output)  # checked before any work
@@ -140,7 +148,8 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
             record = store.load(name, params, n)
             if record is None:
                 try:
-                    record = evaluate(name, clone(models[name]), data, energies, pool[:n], test, config.data.energy_unit)
+                    record = evaluate(name, clone(models[name]), data, energies, pool[:n], test, config.data.energy_unit,
+                                      out / KERNEL_FOLDER if config.cache else None)
                 except Exception as err:  # a batch job: report the fit, go on with the others
                     failed.append({"model": name, "n_train": n, "error": f"{type(err).__name__}: {err}"})
                 else:

@@ -43,7 +43,7 @@ from molntk.models.force_field import SO3ForceFieldRegressor, select_noise_local
 from molntk.molecular.derivative_kernels import joint_kernel
 from molntk.pipelines.md.run import MODEL_KEYS, evaluate, frames_path, split
 from molntk.pipelines.tasks import TASKS
-from molntk.utils.files import atomic_write_json
+from molntk.utils.files import atomic_write_json, sha256_file
 
 MODEL = MODEL_KEYS["so3_forces_exact"]
 
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     out = {"command": "python benchmarks/md_exact_gpu.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "device": torch.cuda.get_device_name() if args.device == "cuda" else platform.processor(),
            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "frames_sha256": sha256_file(frames_path(config)),
            "versions": {"molntk": molntk.__version__, "torch": torch.__version__, "python": platform.python_version()},
            "results": []}
     # The closed form on the device against the CPU's compiled route, 4 frames: 10 pairs.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -77,6 +78,7 @@ def test_a_tiny_run_writes_its_files_and_force_training_beats_energy_training_on
         (m, n) for m in ("so3-ntk-forces", "so3-ntk-energy", "sgdml") for n in (4, 8)} | {("so3-ntk-forces-exact", 4)}
     assert [(s["model"], s["n_train"]) for s in report["skipped_fits"]] == [("so3-ntk-forces-exact", 8)]
     assert report["data"]["formula"] == "C2H6O" and len(report["test_frames"]) == 6
+    assert report["data"]["sha256"] == hashlib.sha256(Path(report["data"]["file"]).read_bytes()).hexdigest()
     by = {(r["model"], r["n_train"]): r for r in result["results"]}
     assert by["so3-ntk-forces", 8]["force_mae"] < by["so3-ntk-energy", 8]["force_mae"]
     assert {"reg_energy_", "reg_force_"} <= set(by["so3-ntk-forces", 8]["chosen"])

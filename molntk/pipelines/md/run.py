@@ -24,6 +24,7 @@ from molntk.pipelines.md.fits import FOLDER, FitStore
 from molntk.regression.metrics import mae, rmse
 from molntk.scale.devices import torch_threads
 from molntk.scale.progress import Progress
+from molntk.utils.files import sha256_file
 
 #: Fitted attributes reported as each model's chosen hyperparameters, where the model (or
 #: its fitted regressor, ``regressor_``) has them.
@@ -161,8 +162,9 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     if not records:
         raise MolntkError("md-force-field: every fit failed: " + "; ".join(
             f"{f['model']} at n_train {f['n_train']}: {f['error']}" for f in failed))
-    described = {"file": str(path), "n_frames": len(data.molecules), "formula": data.molecules[0].formula,
-                 "n_atoms": data.molecules[0].n_atoms, "energy_key": config.data.energy_key}
+    described = {"file": str(path), "sha256": sha256_file(path), "n_frames": len(data.molecules),
+                 "formula": data.molecules[0].formula, "n_atoms": data.molecules[0].n_atoms,
+                 "energy_key": config.data.energy_key}
     failures = [failure.message for failure in data.failures]
     unit = config.data.energy_unit
     with result_set(out) as stage:

@@ -26,6 +26,9 @@ from molntk.utils.files import atomic_write_json, sha256_file
 
 #: The folder of the stored fits inside the output folder.
 FOLDER = "fit_cache"
+#: The folder inside the output folder where exact force fields store their joint kernels'
+#: rows as they are computed (a killed fit resumes from them).
+KERNEL_FOLDER = "kernel_cache"
 
 
 class FitStore:

@@ -10,7 +10,10 @@ joint kernel of every frame's energy and forces, its noise levels by
 ``noise_search="local"``: the whole grid on the leading frames, then a local search; for up
 to a few hundred frames of a small molecule on a CPU), with ``inducing`` = m the sparse
 model for thousands of frames. The exact model's memory is checked before any kernel is
-computed (:func:`~molntk.models.force_field.check_exact_memory`).
+computed (:func:`~molntk.models.force_field.check_exact_memory`), and its joint kernel is
+stored row block by row block in ``out/kernel_cache/`` as it is computed, so the same
+command after a kill (or a refit of the same frames) resumes from it; delete the folder to
+free its space (N(1 + 3n))²/2 float64 values).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from molntk.errors import InputError
 from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.models.model_files import MODEL_SUFFIX
 from molntk.pipelines.files import output_dir, result_set
+from molntk.pipelines.md.fits import KERNEL_FOLDER
 from molntk.scale.devices import resolve_device
 
 #: The energy unit a force field is fitted in: the readers give forces in eV/Å.
@@ -42,7 +46,8 @@ def fit_force_field_file(path: str | Path, target: str, out: str | Path, *, indu
     model = SO3ForceFieldRegressor(elements=data.elements, inducing=inducing, baseline=baseline, unit=FORCE_FIELD_UNIT,
                                    device=str(resolve_device(device)),
                                    noise_search="local" if inducing is None else "grid")
-    model.fit(data.molecules, data.targets[target], data.forces, target=target, provenance=data.provenance(read))
+    model.fit(data.molecules, data.targets[target], data.forces, target=target, provenance=data.provenance(read),
+              kernel_cache=folder / KERNEL_FOLDER if inducing is None else None)
     with result_set(folder) as stage:
         model.save(stage / f"{target}{MODEL_SUFFIX}")
     return {

@@ -20,7 +20,7 @@ from molntk.models.sgdml_baseline import SGDMLForceField
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, write_metrics_csv, write_report
 from molntk.pipelines.md.config import MDForceFieldConfig, MDSplitConfig
-from molntk.pipelines.md.fits import FOLDER, FitStore
+from molntk.pipelines.md.fits import FOLDER, KERNEL_FOLDER, FitStore
 from molntk.regression.metrics import mae, rmse
 from molntk.scale.devices import torch_threads
 from molntk.scale.progress import Progress
@@ -43,9 +43,6 @@ def frames_path(config: MDForceFieldConfig) -> Path:
                          f"`python data/md/make_md_trajectories.py --molecules {config.data.molecule}` (needs molntk[md])")
     return path
 
-
-#: Folder of the output where exact force fields store their joint kernels' rows (``cache: true``).
-KERNEL_FOLDER = "kernel_cache"
 
 #: Config key of each model section → the model's name in the records.
 MODEL_KEYS = {"so3_forces": "so3-ntk-forces", "so3_forces_exact": "so3-ntk-forces-exact", "so3_energy": "so3-ntk-energy",

@@ -12,8 +12,8 @@ to a few hundred frames of a small molecule on a CPU), with ``inducing`` = m the
 model for thousands of frames. The exact model's memory is checked before any kernel is
 computed (:func:`~molntk.models.force_field.check_exact_memory`), and its joint kernel is
 stored row block by row block in ``out/kernel_cache/`` as it is computed, so the same
-command after a kill (or a refit of the same frames) resumes from it; delete the folder to
-free its space (N(1 + 3n))²/2 float64 values).
+command after a kill (or a refit of the same frames) resumes from it; deleting the folder
+frees its space, about (N(1 + 3n))²/2 float64 values.
 """
 
 from __future__ import annotations

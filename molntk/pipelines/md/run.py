@@ -120,10 +120,11 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     """Run the learning curves, write the files and return ``{"output", "results", "data",
     "failures", "failed_fits", "skipped_fits", "wall_seconds"}``; ``progress("fits", done,
     total)`` after each fit. A model is fitted at the sizes up to its ``max_n_train``; the
-    others are listed in ``skipped_fits``. Each fit's record is stored as it finishes (:mod:`~molntk.pipelines.md.fits`,
-    ``cache: true``): a rerun resumes, and an exact SO(3) force field stores its joint kernel's
-    rows as they are computed (``kernel_cache/``), so a fit killed halfway resumes too. A fit that raises is reported in ``failed_fits``
-    ({model, n_train, error}) and the others go on; MolntkError when every fit failed."""
+    others are listed in ``skipped_fits``. Each fit's record is stored as it finishes
+    (:mod:`~molntk.pipelines.md.fits`, ``cache: true``): a rerun resumes, and an exact SO(3)
+    force field stores its joint kernel's rows as they are computed (``kernel_cache/``), so a
+    fit killed halfway resumes too. A fit that raises is reported in ``failed_fits`` ({model,
+    n_train, error}) and the others go on; MolntkError when every fit failed."""
     start = time.perf_counter()
     out = output_dir(config.name, config.output)  # checked before any work
     models = estimators(config)

@@ -22,7 +22,7 @@ from typing import Any
 
 from molntk._version import __version__
 from molntk.pipelines.files import jsonable
-from molntk.utils.files import atomic_write_json, sha256_file
+from molntk.utils.files import atomic_write_json
 
 #: The folder of the stored fits inside the output folder.
 FOLDER = "fit_cache"
@@ -32,12 +32,13 @@ KERNEL_FOLDER = "kernel_cache"
 
 
 class FitStore:
-    """Records of the fits of one run's frames and split (``base``: the key material they
-    share) under ``folder``; ``folder=None`` stores nothing (``cache: false``)."""
+    """Records of the fits of one run's frames (``frames_sha256``: the SHA-256 of their file)
+    and split (``base``: the key material they share) under ``folder``; ``folder=None``
+    stores nothing (``cache: false``)."""
 
-    def __init__(self, folder: Path | None, frames: Path, base: dict[str, Any]) -> None:
+    def __init__(self, folder: Path | None, frames_sha256: str, base: dict[str, Any]) -> None:
         self.folder = folder
-        self.base = {**base, "frames_sha256": sha256_file(frames), "molntk": __version__} if folder else base
+        self.base = {**base, "frames_sha256": frames_sha256, "molntk": __version__} if folder else base
 
     def _path(self, folder: Path, model: str, params: dict[str, Any], n_train: int) -> Path:
         material = json.dumps(jsonable({**self.base, "model": model, "params": params, "n_train": n_train}),

@@ -132,7 +132,8 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     data = read_labelled(path, [config.data.energy_key], forces=True)
     energies = np.asarray(data.targets[config.data.energy_key], dtype=np.float64)
     test, pool = split(config.split, len(data.molecules))
-    store = FitStore(out / FOLDER if config.cache else None, path,
+    frames_sha256 = sha256_file(path)  # in the fit cache's keys and the report
+    store = FitStore(out / FOLDER if config.cache else None, frames_sha256,
                      {"energy_key": config.data.energy_key, "energy_unit": config.data.energy_unit,
                       "seed": config.split.seed, "n_test": config.split.n_test})
     caps = {name: getattr(config.models, key).max_n_train for key, name in MODEL_KEYS.items() if name in models}
@@ -160,7 +161,7 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     if not records:
         raise MolntkError("md-force-field: every fit failed: " + "; ".join(
             f"{f['model']} at n_train {f['n_train']}: {f['error']}" for f in failed))
-    described = {"file": str(path), "sha256": sha256_file(path), "n_frames": len(data.molecules),
+    described = {"file": str(path), "sha256": frames_sha256, "n_frames": len(data.molecules),
                  "formula": data.molecules[0].formula, "n_atoms": data.molecules[0].n_atoms,
                  "energy_key": config.data.energy_key}
     failures = [failure.message for failure in data.failures]

@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"
-	$(VENV)/bin/python -m pip install -q -e ".[dev,baselines,distributed,md]"
+	$(VENV)/bin/python -m pip install -q -e ".[dev,baselines,distributed,md,dft]"
 	@touch $(STAMP)
 
 run: $(STAMP)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 import torch
@@ -14,22 +13,15 @@ from rich.text import Text
 from molntk._version import __version__
 from molntk.cli.output import cells, print_json, stdout
 from molntk.data.qm9 import qm9_cache_dir
+from molntk.utils.versions import package_version
 
 #: Distributions whose versions ``molntk info`` reports, besides molntk and Python.
 PACKAGES = ("torch", "triton", "e3nn", "torch-geometric", "rdkit", "numpy")  # triton: the CUDA kernels
 
 
-def _package_version(name: str) -> str | None:
-    """Installed version of a distribution, or None when it is not installed."""
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
 def versions() -> dict[str, str | None]:
     """Versions of molntk, Python and :data:`PACKAGES` (None: not installed)."""
-    return {"molntk": __version__, "python": platform.python_version(), **{p: _package_version(p) for p in PACKAGES}}
+    return {"molntk": __version__, "python": platform.python_version(), **{p: package_version(p) for p in PACKAGES}}
 
 
 def torch_info() -> dict[str, Any]:

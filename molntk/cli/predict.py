@@ -30,7 +30,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import ase.io
 import numpy as np
 import pandas as pd
 import typer
@@ -38,13 +37,14 @@ from ase.calculators.singlepoint import SinglePointCalculator
 from rich.table import Table
 
 from molntk.cli.output import EXIT_FAILED, cells, print_json, print_read_result, stdout
+from molntk.data.labelled import write_labelled_frames
 from molntk.data.readers import ReadResult, molecule_to_atoms, read_molecules, read_smiles
 from molntk.data.smiles_table import TABLE_SUFFIX, read_smiles_table
 from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.models.loading import load_model
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.pipelines.files import jsonable
-from molntk.utils.files import atomic_path, atomic_write_json, atomic_write_text, file_write_problem
+from molntk.utils.files import atomic_write_json, atomic_write_text, file_write_problem
 
 #: Suffixes of ``--out`` and the formats they select.
 OUT_FORMATS = {".csv": "csv", ".json": "json", ".extxyz": "extxyz"}
@@ -102,8 +102,7 @@ def write_predictions(out: Path, rows: list[dict[str, Any]], model: Path, result
             atoms.info["id"] = str(row["id"])
             atoms.calc = SinglePointCalculator(atoms, energy=row["prediction"], forces=np.asarray(row["forces"]))
             frames.append(atoms)
-        with atomic_path(out, suffix=".extxyz") as tmp:
-            ase.io.write(tmp, frames, format="extxyz")
+        write_labelled_frames(out, frames)
     else:
         failures = [f.to_dict() for f in result.failures]
         atomic_write_json(out, jsonable({"model": str(model), "predictions": rows, "failures": failures}))

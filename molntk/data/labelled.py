@@ -59,7 +59,7 @@ from molntk.data.readers import (
     read_file,
 )
 from molntk.errors import InputError
-from molntk.utils.files import sha256_file
+from molntk.utils.files import atomic_path, sha256_file
 
 #: Suffixes :func:`read_labelled` understands, by format.
 LABELLED_SUFFIXES: dict[str, tuple[str, ...]] = {
@@ -451,3 +451,11 @@ def _collect(source: str, records: Iterable[_Record], targets: Sequence[str], id
     data.targets = {name: table[:, k].copy() for k, name in enumerate(targets)}
     data.split = tuple(splits) if split_key is not None else None
     return data
+
+
+def write_labelled_frames(path: PathLike, frames: Sequence[ase.Atoms]) -> None:
+    """Write ``frames`` (ASE ``Atoms`` with a calculator's ``energy`` and per-atom ``forces``,
+    ``info`` such as ``id`` on the comment line) to ``path`` as extended xyz, atomically: the
+    format :func:`read_labelled` reads back with ``forces=True``."""
+    with atomic_path(path, suffix=".extxyz") as tmp:
+        ase.io.write(tmp, list(frames), format="extxyz")

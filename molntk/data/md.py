@@ -24,12 +24,10 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import ase
-import ase.io
 import numpy as np
 from ase import units
 from ase.calculators.calculator import Calculator
@@ -43,7 +41,9 @@ from molntk.data.molecule import Molecule
 from molntk.data.qm9 import cache_root
 from molntk.data.readers import molecule_from_smiles, molecule_to_atoms
 from molntk.errors import InputError
-from molntk.utils.files import atomic_write, atomic_write_json
+from molntk.data.labelled import write_labelled_frames
+from molntk.utils.files import atomic_write_json
+from molntk.utils.versions import package_version
 
 #: The molecules of the default data set (the MD17 names), by SMILES.
 MD_MOLECULES: dict[str, str] = {
@@ -178,25 +178,18 @@ def md_trajectory(name: str, molecule: Molecule | str, settings: MDSettings = MD
     return Trajectory(name, frames, settings, timings, relaxed_energy)
 
 
-def _package_version(name: str) -> str | None:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
 def write_trajectory(trajectory: Trajectory, folder: str | os.PathLike[str]) -> Path:
     """Write ``<folder>/<name>.extxyz`` (frames with ``energy`` eV and ``forces`` eV/Å) and
     ``<folder>/<name>.json`` (method, settings with seed, timings, versions), each atomically;
     returns the extxyz path."""
     folder = Path(folder)
     path = folder / f"{trajectory.name}.extxyz"
-    atomic_write(path, lambda handle: ase.io.write(handle, trajectory.frames, format="extxyz"), binary=False)
+    write_labelled_frames(path, trajectory.frames)
     manifest: dict[str, Any] = {
         "name": trajectory.name,
         "file": path.name,
         "method": METHOD,
-        "code": {"tblite": _package_version("tblite"), "ase": _package_version("ase"), "xtb_accuracy": XTB_ACCURACY},
+        "code": {"tblite": package_version("tblite"), "ase": package_version("ase"), "xtb_accuracy": XTB_ACCURACY},
         "units": {"positions": "Å", "energy": "eV", "forces": "eV/Å", "timestep": "fs", "temperature": "K"},
         "dynamics": "Langevin (ase.md.langevin), Maxwell-Boltzmann start without translation and rotation",
         "settings": asdict(trajectory.settings),

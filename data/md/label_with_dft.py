@@ -22,6 +22,8 @@ from pathlib import Path
 import ase.io
 
 from molntk.data.dft import DFTSettings, label_frames, write_labels
+from molntk.data.readers import check_file
+from molntk.errors import InputError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,16 +40,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conv-tol", type=float, default=defaults.conv_tol, help="SCF convergence, Hartree")
     parser.add_argument("--grid-level", type=int, default=defaults.grid_level, help="PySCF XC grid level 0-9")
     args = parser.parse_args(argv)
-    settings = DFTSettings(xc=args.xc, basis=args.basis, charge=args.charge, spin=args.spin,
-                           conv_tol=args.conv_tol, grid_level=args.grid_level)
-    frames = ase.io.read(args.source, index=":" if args.frames is None else f":{args.frames}", format="extxyz")
+    if args.frames is not None and args.frames < 1:
+        parser.error(f"--frames must be at least 1, got {args.frames}")
     started = time.perf_counter()
 
     def report(done: int, total: int) -> None:
         if done % max(total // 10, 1) == 0:
             print(f"{args.name}: {done}/{total} frames, {time.perf_counter() - started:.0f} s", flush=True)
 
-    labelled = label_frames(frames, settings, progress=report)
+    try:
+        settings = DFTSettings(xc=args.xc, basis=args.basis, charge=args.charge, spin=args.spin,
+                               conv_tol=args.conv_tol, grid_level=args.grid_level)
+        check_file(args.source)
+        try:
+            frames = ase.io.read(args.source, index=":" if args.frames is None else f":{args.frames}", format="extxyz")
+        except ValueError as error:  # ASE's answer to a malformed file
+            raise InputError(str(args.source), f"not an extended xyz file ({error})") from None
+        labelled = label_frames(frames, settings, progress=report)
+    except InputError as error:  # settings that cannot work, a missing or malformed file: before any SCF
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     path = write_labels(labelled, settings, args.out, args.name, args.source)
     for frame_id, reason in labelled.failed.items():
         print(f"failed: {frame_id}: {reason}", file=sys.stderr)

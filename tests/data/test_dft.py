@@ -6,9 +6,13 @@ labels the GFN2-xTB ethanol sample's geometries."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import ase
+import ase.io
 import numpy as np
 import pytest
 
@@ -132,3 +136,25 @@ def test_committed_dft_sample_labels_the_xtb_samples_geometries() -> None:
     assert np.abs(np.stack(pbe.forces).sum(axis=1)).max() < 1e-6
     correlation = np.corrcoef(np.stack(pbe.forces).ravel(), np.stack(xtb.forces).ravel())[0, 1]
     assert correlation > 0.5
+
+
+def test_the_script_labels_a_file_names_failed_frames_and_refuses_bad_input(tmp_path: Path) -> None:
+    """`data/md/label_with_dft.py` on two waters and a hydroxyl radical: writes the two waters with
+    a manifest, names the radical on stderr and exits 1; a missing file or an unknown functional
+    exits 2 with an error that names it, and writes nothing."""
+    source = tmp_path / "frames.extxyz"
+    frames = [_water(0.0, "w0"), ase.Atoms([8, 1], [[0.0, 0.0, 0.0], [0.97, 0.0, 0.0]], info={"id": "oh"}),
+              _water(0.02, "w1")]
+    ase.io.write(source, frames, format="extxyz")
+    script = [sys.executable, str(MD / "label_with_dft.py")]
+    done = subprocess.run([*script, str(source), "--out", str(tmp_path / "out"), "--name", "w", "--basis", "sto-3g"],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 1 and "failed: oh:" in done.stderr and "2 of 3 frames" in done.stdout
+    assert [m.id for m in read_labelled(tmp_path / "out" / "w.extxyz", "energy", forces=True).molecules] == ["w0", "w1"]
+
+    for argv, named in [([str(tmp_path / "missing.extxyz")], "missing.extxyz: file not found"),
+                        ([str(source), "--xc", "PBEX"], "xc 'PBEX'")]:
+        done = subprocess.run([*script, *argv, "--out", str(tmp_path / "bad"), "--name", "b"],
+                              capture_output=True, text=True)
+        assert done.returncode == 2 and named in done.stderr, done.stderr
+    assert not (tmp_path / "bad").exists()

@@ -179,26 +179,22 @@ class LabelledFrames:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def _frame_id(atoms: ase.Atoms, index: int) -> str:
-    return str(atoms.info.get("id", f"frame {index}"))
-
-
 def label_frames(frames: Sequence[ase.Atoms], settings: DFTSettings = DFTSettings(), *,
                  progress: Callable[[int, int], None] | None = None) -> LabelledFrames:
     """Copies of ``frames`` (positions, numbers and the ``id`` in ``info``) holding the DFT energy
     (eV) and forces (eV/Å) of ``settings``; a frame whose SCF fails is left out and named in
     ``failed`` (the others go on). Settings that cannot work for any frame (an unknown
-    functional, a basis without an element of the frames) raise before the first SCF. ``progress(done, total)`` is called after each frame."""
+    functional, a basis without an element of the frames) raise before the first SCF.
+    ``progress(done, total)`` is called after each frame."""
     calculator = PySCFCalculator(settings)
     calculator.check_basis(symbol for atoms in frames for symbol in atoms.get_chemical_symbols())
     result = LabelledFrames([])
     wall, cpu = time.perf_counter(), time.process_time()
     for index, atoms in enumerate(frames):
-        frame_id = _frame_id(atoms, index)
-        frame = ase.Atoms(numbers=atoms.numbers, positions=atoms.positions)
-        frame.info["id"] = frame_id
+        frame_id = str(atoms.info.get("id", f"frame {index}"))
+        frame = ase.Atoms(numbers=atoms.numbers, positions=atoms.positions, info={"id": frame_id})
+        frame.calc = calculator
         try:
-            frame.calc = calculator
             energy, forces = frame.get_potential_energy(), frame.get_forces()
         except InputError as error:
             result.failed[frame_id] = error.problem

@@ -37,11 +37,11 @@ from ase.md.langevin import Langevin
 from ase.md.velocitydistribution import Stationary, ZeroRotation
 from ase.optimize import BFGS
 
+from molntk.data.labelled import write_labelled_frames
 from molntk.data.molecule import Molecule
 from molntk.data.qm9 import cache_root
 from molntk.data.readers import molecule_from_smiles, molecule_to_atoms
 from molntk.errors import InputError
-from molntk.data.labelled import write_labelled_frames
 from molntk.utils.files import atomic_write_json
 from molntk.utils.versions import package_version
 

@@ -91,7 +91,7 @@ def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray
     tic = time.perf_counter()
     if isinstance(estimator, SO3NTKRegressor):
         estimator.fit(pick(train), energies[train])
-    elif isinstance(estimator, SO3ForceFieldRegressor) and estimator.inducing is None and kernel_cache is not None:
+    elif isinstance(estimator, SO3ForceFieldRegressor) and estimator.inducing is None:
         estimator.fit(pick(train), energies[train], forces, kernel_cache=kernel_cache)
     else:
         estimator.fit(pick(train), energies[train], forces)

@@ -29,10 +29,13 @@ Units: positions Å, energies eV, forces eV/Å.
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,47 +174,101 @@ class PySCFCalculator(Calculator):
 @dataclass
 class LabelledFrames:
     """Frames with DFT energies and forces (``frames``), the ids of the frames that could not
-    be labelled with the reason (``failed``), both in input order, and the wall and CPU
-    seconds it took (``timings``: ``wall_s``, ``cpu_s``)."""
+    be labelled with the reason (``failed``), both in input order, the wall seconds of the batch
+    and the CPU seconds of its SCFs and gradients summed over frames (``timings``: ``wall_s``,
+    ``cpu_s``) and the number of worker processes that labelled them (``workers``)."""
 
     frames: list[ase.Atoms]
     failed: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    workers: int = 1
 
 
-def label_frames(frames: Sequence[ase.Atoms], settings: DFTSettings = DFTSettings(), *,
+#: One frame's outcome: its id, the labelled copy (None when it failed), the reason it failed
+#: (None when labelled) and the CPU seconds its SCF and gradient took.
+FrameOutcome = tuple[str, ase.Atoms | None, str | None, float]
+
+
+def _label_frame(calculator: PySCFCalculator, atoms: ase.Atoms, index: int) -> FrameOutcome:
+    """A copy of ``atoms`` (positions, numbers, ``id``) with the calculator's energy and forces."""
+    frame_id = str(atoms.info.get("id", f"frame {index}"))
+    frame = ase.Atoms(numbers=atoms.numbers, positions=atoms.positions, info={"id": frame_id})
+    frame.calc = calculator
+    cpu = time.process_time()
+    try:
+        energy, forces = frame.get_potential_energy(), frame.get_forces()
+    except InputError as error:
+        return frame_id, None, error.problem, time.process_time() - cpu
+    frame.calc = SinglePointCalculator(frame, energy=energy, forces=forces)
+    return frame_id, frame, None, time.process_time() - cpu
+
+
+@functools.lru_cache(maxsize=1)
+def _worker_calculator(settings: DFTSettings) -> PySCFCalculator:
+    """The calculator of a worker process, made once per process; PySCF runs on one thread there,
+    so that the workers share the cores instead of oversubscribing them."""
+    from pyscf import lib
+
+    lib.num_threads(1)
+    return PySCFCalculator(settings)
+
+
+def _label_frame_in_worker(settings: DFTSettings, atoms: ase.Atoms, index: int) -> FrameOutcome:
+    return _label_frame(_worker_calculator(settings), atoms, index)
+
+
+def _outcomes(frames: Sequence[ase.Atoms], settings: DFTSettings, workers: int,
+              progress: Callable[[int, int], None] | None) -> Iterator[FrameOutcome]:
+    """Each frame's outcome in input order; ``progress(done, total)`` after each frame finishes."""
+    total = len(frames)
+    if workers == 1:
+        calculator = PySCFCalculator(settings)
+        for index, atoms in enumerate(frames):
+            yield _label_frame(calculator, atoms, index)
+            if progress is not None:
+                progress(index + 1, total)
+        return
+    # Spawned, not forked: a fork would copy the parent's OpenMP and torch thread state.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_label_frame_in_worker, settings, atoms, index) for index, atoms in enumerate(frames)]
+        for done, _ in enumerate(as_completed(futures), start=1):
+            if progress is not None:
+                progress(done, total)
+        yield from (future.result() for future in futures)
+
+
+def label_frames(frames: Sequence[ase.Atoms], settings: DFTSettings = DFTSettings(), *, workers: int = 1,
                  progress: Callable[[int, int], None] | None = None) -> LabelledFrames:
     """Copies of ``frames`` (positions, numbers and the ``id`` in ``info``) holding the DFT energy
     (eV) and forces (eV/Å) of ``settings``; a frame whose SCF fails is left out and named in
     ``failed`` (the others go on). Settings that cannot work for any frame (an unknown
     functional, a basis without an element of the frames) raise before the first SCF.
-    ``progress(done, total)`` is called after each frame."""
-    calculator = PySCFCalculator(settings)
-    calculator.check_basis(symbol for atoms in frames for symbol in atoms.get_chemical_symbols())
-    result = LabelledFrames([])
-    wall, cpu = time.perf_counter(), time.process_time()
-    for index, atoms in enumerate(frames):
-        frame_id = str(atoms.info.get("id", f"frame {index}"))
-        frame = ase.Atoms(numbers=atoms.numbers, positions=atoms.positions, info={"id": frame_id})
-        frame.calc = calculator
-        try:
-            energy, forces = frame.get_potential_energy(), frame.get_forces()
-        except InputError as error:
-            result.failed[frame_id] = error.problem
+
+    ``workers`` > 1 labels the frames in that many processes, one PySCF thread each (frames are
+    independent: each SCF starts from PySCF's own guess, so the labels do not depend on which
+    process computed them); with 1, the frames are labelled here on PySCF's threads
+    (``OMP_NUM_THREADS``). ``progress(done, total)`` is called after each frame."""
+    if workers < 1:
+        raise InputError("workers", f"must be at least 1, got {workers}")
+    PySCFCalculator(settings).check_basis(symbol for atoms in frames for symbol in atoms.get_chemical_symbols())
+    result = LabelledFrames([], workers=workers)
+    wall, cpu = time.perf_counter(), 0.0
+    for frame_id, frame, problem, seconds in _outcomes(frames, settings, workers, progress):
+        cpu += seconds
+        if frame is None:
+            result.failed[frame_id] = str(problem)
         else:
-            frame.calc = SinglePointCalculator(frame, energy=energy, forces=forces)
             result.frames.append(frame)
-        if progress is not None:
-            progress(index + 1, len(frames))
-    result.timings = {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+    result.timings = {"wall_s": time.perf_counter() - wall, "cpu_s": cpu}
     return result
 
 
 def write_labels(labelled: LabelledFrames, settings: DFTSettings, folder: str | os.PathLike[str], name: str,
-                 source: str | os.PathLike[str]) -> Path:
+                 source: str | os.PathLike[str], frames: str = ":") -> Path:
     """Write ``<folder>/<name>.extxyz`` (the labelled frames) and ``<folder>/<name>.json`` (level
-    of theory, settings, PySCF and ASE versions, the source file with its SHA-256, the failed
-    frames, timings), each atomically; returns the extxyz path."""
+    of theory, settings, PySCF and ASE versions, the source file with its SHA-256 and the
+    ``frames`` of it that were labelled (a Python slice, ``":"`` all), the failed frames,
+    timings and worker processes), each atomically; returns the extxyz path."""
     folder = Path(folder)
     path = folder / f"{name}.extxyz"
     write_labelled_frames(path, labelled.frames)
@@ -222,10 +279,11 @@ def write_labels(labelled: LabelledFrames, settings: DFTSettings, folder: str | 
         "settings": asdict(settings),
         "code": {"pyscf": package_version("pyscf"), "ase": package_version("ase")},
         "units": {"positions": "Å", "energy": "eV", "forces": "eV/Å"},
-        "source": {"file": Path(source).name, "sha256": sha256_file(source)},
+        "source": {"file": Path(source).name, "sha256": sha256_file(source), "frames": frames},
         "n_frames": len(labelled.frames),
         "failed": labelled.failed,
         "timings_s": {key: round(value, 2) for key, value in labelled.timings.items()},
+        "workers": labelled.workers,
     }
     atomic_write_json(folder / f"{name}.json", manifest)
     return path

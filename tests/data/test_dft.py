@@ -158,3 +158,50 @@ def test_the_script_labels_a_file_names_failed_frames_and_refuses_bad_input(tmp_
                               capture_output=True, text=True)
         assert done.returncode == 2 and named in done.stderr, done.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_worker_processes_give_the_labels_of_one_process_in_input_order() -> None:
+    """Four frames, a radical third, labelled in 2 spawned processes (one PySCF thread each) and in
+    this one: the same frames in input order, the radical named, and the same energies and forces.
+    Each SCF starts from PySCF's own guess and converges to 1e-12 Hartree, so only the order of
+    floating-point sums differs between the runs; 1e-8 eV and 1e-6 eV/Å pass that (measured:
+    1.4e-12 eV and 3.1e-10 eV/Å on two of these waters) and fail frames paired with the wrong labels (the geometries
+    differ by 0.02 Å: energies by ~1e-2 eV)."""
+    frames = [_water(0.0, "w0"), _water(0.02, "w1"),
+              ase.Atoms([8, 1], [[0.0, 0.0, 0.0], [0.97, 0.0, 0.0]], info={"id": "oh"}), _water(-0.02, "w2")]
+    calls: list[tuple[int, int]] = []
+    parallel = label_frames(frames, FAST, workers=2, progress=lambda done, total: calls.append((done, total)))
+    serial = label_frames(frames, FAST)
+    assert [f.info["id"] for f in parallel.frames] == ["w0", "w1", "w2"] and list(parallel.failed) == ["oh"]
+    assert parallel.failed == serial.failed and parallel.workers == 2
+    assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    np.testing.assert_allclose([f.get_potential_energy() for f in parallel.frames],
+                               [f.get_potential_energy() for f in serial.frames], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(np.stack([f.get_forces() for f in parallel.frames]),
+                               np.stack([f.get_forces() for f in serial.frames]), rtol=0, atol=1e-6)
+    assert parallel.timings["cpu_s"] > 0
+    with pytest.raises(InputError, match="workers: must be at least 1"):
+        label_frames(frames, FAST, workers=0)
+
+
+def test_the_script_labels_a_slice_of_the_file_in_worker_processes(tmp_path: Path) -> None:
+    """`--frames 1:3 --workers 2` on three waters without ids: frames 1 and 2 are labelled, named by
+    their place in the file, and the manifest records the slice and the workers; a slice with no
+    frames and a malformed one exit 2 with an error that names them."""
+    source = tmp_path / "frames.extxyz"
+    ase.io.write(source, [_water(0.0), _water(0.02), _water(-0.02)], format="extxyz")
+    script = [sys.executable, str(MD / "label_with_dft.py"), str(source), "--basis", "sto-3g"]
+    done = subprocess.run([*script, "--frames", "1:3", "--workers", "2", "--out", str(tmp_path / "out"), "--name", "w"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    labelled = read_labelled(tmp_path / "out" / "w.extxyz", "energy", forces=True)
+    assert [m.id for m in labelled.molecules] == ["frames.extxyz#1", "frames.extxyz#2"]
+    np.testing.assert_allclose(labelled.molecules[0].positions, _water(0.02).positions, atol=1e-8)
+    manifest = json.loads((tmp_path / "out" / "w.json").read_text())
+    assert manifest["source"]["frames"] == "1:3" and manifest["workers"] == 2 and manifest["n_frames"] == 2
+
+    for frames, named in [("5:9", "no frames in 5:9"), ("1-3", "expected N (the first N frames")]:
+        done = subprocess.run([*script, "--frames", frames, "--out", str(tmp_path / "bad"), "--name", "b"],
+                              capture_output=True, text=True)
+        assert done.returncode == 2 and named in done.stderr, done.stderr
+    assert not (tmp_path / "bad").exists()

@@ -214,6 +214,7 @@ def _worker_calculator(settings: DFTSettings) -> PySCFCalculator:
 
 
 def _label_frame_in_worker(settings: DFTSettings, atoms: ase.Atoms, index: int) -> FrameOutcome:
+    """:func:`_label_frame` in a worker process (a module-level function: spawned workers import it)."""
     return _label_frame(_worker_calculator(settings), atoms, index)
 
 

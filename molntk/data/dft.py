@@ -248,7 +248,9 @@ def label_frames(frames: Sequence[ase.Atoms], settings: DFTSettings = DFTSetting
     ``workers`` > 1 labels the frames in that many processes, one PySCF thread each (frames are
     independent: each SCF starts from PySCF's own guess, so the labels do not depend on which
     process computed them); with 1, the frames are labelled here on PySCF's threads
-    (``OMP_NUM_THREADS``). ``progress(done, total)`` is called after each frame."""
+    (``OMP_NUM_THREADS``). The workers are spawned, so a script that asks for them must call
+    this under ``if __name__ == "__main__":`` (Python's rule for spawned processes; without
+    it the pool breaks). ``progress(done, total)`` is called after each frame."""
     if workers < 1:
         raise InputError("workers", f"must be at least 1, got {workers}")
     PySCFCalculator(settings).check_basis(symbol for atoms in frames for symbol in atoms.get_chemical_symbols())

@@ -36,6 +36,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,10 +233,16 @@ def _outcomes(frames: Sequence[ase.Atoms], settings: DFTSettings, workers: int,
     # Spawned, not forked: a fork would copy the parent's OpenMP and torch thread state.
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_label_frame_in_worker, settings, atoms, index) for index, atoms in enumerate(frames)]
-        for done, _ in enumerate(as_completed(futures), start=1):
-            if progress is not None:
-                progress(done, total)
-        yield from (future.result() for future in futures)
+        try:
+            for done, _ in enumerate(as_completed(futures), start=1):
+                if progress is not None:
+                    progress(done, total)
+            outcomes = [future.result() for future in futures]
+        except BrokenProcessPool as error:
+            raise RuntimeError("a DFT worker process ended abruptly: it was killed (out of memory?), or the script "
+                               "that asked for workers does not call label_frames under "
+                               "`if __name__ == \"__main__\":`") from error
+    yield from outcomes
 
 
 def label_frames(frames: Sequence[ase.Atoms], settings: DFTSettings = DFTSettings(), *, workers: int = 1,

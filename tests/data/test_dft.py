@@ -205,3 +205,15 @@ def test_the_script_labels_a_slice_of_the_file_in_worker_processes(tmp_path: Pat
                               capture_output=True, text=True)
         assert done.returncode == 2 and named in done.stderr, done.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_workers_asked_for_without_the_main_guard_end_in_an_error_that_says_so(tmp_path: Path) -> None:
+    """A script that asks for worker processes at module level (no ``if __name__ == "__main__":``)
+    breaks the spawned pool; the error names the guard instead of only the broken pool."""
+    script = tmp_path / "unguarded.py"
+    script.write_text("import ase\nfrom molntk.data.dft import DFTSettings, label_frames\n"
+                      "label_frames([ase.Atoms([8, 1, 1], [[0, 0, 0], [0.96, 0, 0], [-0.24, 0.93, 0]])], "
+                      "DFTSettings(basis='sto-3g'), workers=2)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert done.returncode != 0 and "a DFT worker process ended abruptly" in done.stderr
+    assert 'if __name__ == "__main__":' in done.stderr.splitlines()[-1]

@@ -219,12 +219,12 @@ def _label_frame_in_worker(settings: DFTSettings, atoms: ase.Atoms, index: int) 
     return _label_frame(_worker_calculator(settings), atoms, index)
 
 
-def _outcomes(frames: Sequence[ase.Atoms], settings: DFTSettings, workers: int,
+def _outcomes(frames: Sequence[ase.Atoms], calculator: PySCFCalculator, workers: int,
               progress: Callable[[int, int], None] | None) -> Iterator[FrameOutcome]:
-    """Each frame's outcome in input order; ``progress(done, total)`` after each frame finishes."""
+    """Each frame's outcome in input order, by ``calculator`` here (``workers`` 1) or by workers'
+    own calculators of its settings; ``progress(done, total)`` after each frame finishes."""
     total = len(frames)
     if workers == 1:
-        calculator = PySCFCalculator(settings)
         for index, atoms in enumerate(frames):
             yield _label_frame(calculator, atoms, index)
             if progress is not None:
@@ -232,7 +232,8 @@ def _outcomes(frames: Sequence[ase.Atoms], settings: DFTSettings, workers: int,
         return
     # Spawned, not forked: a fork would copy the parent's OpenMP and torch thread state.
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_label_frame_in_worker, settings, atoms, index) for index, atoms in enumerate(frames)]
+        futures = [pool.submit(_label_frame_in_worker, calculator.settings, atoms, index)
+                   for index, atoms in enumerate(frames)]
         try:
             for done, _ in enumerate(as_completed(futures), start=1):
                 if progress is not None:
@@ -260,10 +261,11 @@ def label_frames(frames: Sequence[ase.Atoms], settings: DFTSettings = DFTSetting
     it the pool breaks). ``progress(done, total)`` is called after each frame."""
     if workers < 1:
         raise InputError("workers", f"must be at least 1, got {workers}")
-    PySCFCalculator(settings).check_basis(symbol for atoms in frames for symbol in atoms.get_chemical_symbols())
+    calculator = PySCFCalculator(settings)
+    calculator.check_basis(symbol for atoms in frames for symbol in atoms.get_chemical_symbols())
     result = LabelledFrames([], workers=workers)
     wall, cpu = time.perf_counter(), 0.0
-    for frame_id, frame, problem, seconds in _outcomes(frames, settings, workers, progress):
+    for frame_id, frame, problem, seconds in _outcomes(frames, calculator, workers, progress):
         cpu += seconds
         if frame is None:
             result.failed[frame_id] = str(problem)

@@ -40,6 +40,11 @@ def _water(shift: float = 0.0, frame_id: str | None = None) -> ase.Atoms:
     return atoms
 
 
+def _hydroxyl(frame_id: str) -> ase.Atoms:
+    """OH: 9 electrons, which a closed-shell (spin 0) calculation refuses."""
+    return ase.Atoms([8, 1], [[0.0, 0.0, 0.0], [0.97, 0.0, 0.0]], info={"id": frame_id})
+
+
 def test_energy_is_pyscfs_in_ev_and_forces_are_minus_its_derivative() -> None:
     """The energy equals PySCF's own RKS/PBE energy times the Hartree (1e-9 eV: both converge
     the SCF to 1e-12 Hartree), the forces its gradient with the grid's response in eV/Å. They
@@ -82,7 +87,7 @@ def test_a_batch_reports_the_frame_that_fails_and_labels_the_rest(tmp_path: Path
     """Three water frames and a hydroxyl radical (9 electrons, not closed-shell) between them: the
     radical is named with the reason, the waters are labelled, and the file written reads back
     with the same energies and forces; the manifest names the source file's digest and the failure."""
-    hydroxyl = ase.Atoms([8, 1], [[0.0, 0.0, 0.0], [0.97, 0.0, 0.0]], info={"id": "hydroxyl"})
+    hydroxyl = _hydroxyl("hydroxyl")
     frames = [_water(0.0, "w0"), hydroxyl, _water(0.02, "w1"), _water(-0.02, "w2")]
     calls: list[tuple[int, int]] = []
     labelled = label_frames(frames, FAST, progress=lambda done, total: calls.append((done, total)))
@@ -143,7 +148,7 @@ def test_the_script_labels_a_file_names_failed_frames_and_refuses_bad_input(tmp_
     a manifest, names the radical on stderr and exits 1; a missing file or an unknown functional
     exits 2 with an error that names it, and writes nothing."""
     source = tmp_path / "frames.extxyz"
-    frames = [_water(0.0, "w0"), ase.Atoms([8, 1], [[0.0, 0.0, 0.0], [0.97, 0.0, 0.0]], info={"id": "oh"}),
+    frames = [_water(0.0, "w0"), _hydroxyl("oh"),
               _water(0.02, "w1")]
     ase.io.write(source, frames, format="extxyz")
     script = [sys.executable, str(MD / "label_with_dft.py")]
@@ -168,7 +173,7 @@ def test_worker_processes_give_the_labels_of_one_process_in_input_order() -> Non
     1.4e-12 eV and 3.1e-10 eV/Å on two of these waters) and fail frames paired with the wrong labels (the geometries
     differ by 0.02 Å: energies by ~1e-2 eV)."""
     frames = [_water(0.0, "w0"), _water(0.02, "w1"),
-              ase.Atoms([8, 1], [[0.0, 0.0, 0.0], [0.97, 0.0, 0.0]], info={"id": "oh"}), _water(-0.02, "w2")]
+              _hydroxyl("oh"), _water(-0.02, "w2")]
     calls: list[tuple[int, int]] = []
     parallel = label_frames(frames, FAST, workers=2, progress=lambda done, total: calls.append((done, total)))
     serial = label_frames(frames, FAST)

@@ -34,11 +34,13 @@ zero unless atom e/3 is in a's environment (:mod:`molntk.features.pair_jacobians
 The autograd route (:mod:`molntk.molecular.derivative_kernels`) computes the same numbers for
 every network, with 3n second-order backward passes through the feature maps. Cost here, per
 environment pair with K support points and 3n, 3n' coordinates: K·L3² multiply-adds for H
-(one GEMM over the support; with a single reference tangent, as in an expansion contracted
-with its coefficients, 2·K·L3 instead), the g-values on the support (K points), and
-(3n + 3n')·C·L3 for the moments: ≈ 16 ms per ethanol pair on the Lebedev grid of band
-limit 7 (K = 1,036) on one CPU thread, against ≈ 200 ms for autograd
-(``benchmarks/derivative_kernels.py``).
+(one GEMM over the support; with few reference tangents 2·3n'·K·L3 instead), the g-values on
+the support (K points), and (3n + 3n')·C·L3 for the moments: ≈ 16 ms per ethanol pair on
+the Lebedev grid of band limit 7 (K = 1,036) on one CPU thread, against ≈ 200 ms for
+autograd (``benchmarks/derivative_kernels.py``). The mean of a fitted energy+force model
+needs only Σ_j a_j Θ + Σ_j b_jᵀ ∂Θ/∂r'_j and its gradient (:func:`closed_form_expansion`):
+every term is then a u-sum against C[·, f̂_b] or C[·, T'_b] along the query tangents, pulled
+back through the lift once per query environment (4·K·L3 per pair, no per-coordinate moments).
 """
 
 from __future__ import annotations
@@ -237,7 +239,7 @@ def _curvature_term(m_q: Tensor, m_r: Tensor, h: Tensor, table: Tensor,
     the moments m_q (A, B, 3n, L3), m_r (A, B, 3n', L3) and weights h (A, B, K). With many
     reference tangents as m_eᵀ H m'_ε, H = Σ_u h(u) D(u) D(u)ᵀ (one GEMM of K × L3(L3 + 1)/2 per
     pair: H is symmetric; ``products``: the measure's ``support_products``); with few
-    (2·3n' < L3: contracted expansions; ``products`` None), by synthesising m'_ε · D(u) on the
+    (2·3n' < L3: small reference molecules; ``products`` None), by synthesising m'_ε · D(u) on the
     support, weighting it by h and projecting it back (2 · 3n' · K · L3 per pair)."""
     n_a, n_b, r3, side = m_r.shape
     if products is None:
@@ -327,17 +329,62 @@ def closed_form_expansion(kernel: SO3MolecularKernel, query: TangentFeatures, re
                           budget: int | None = None) -> tuple[float, np.ndarray]:
     """s(M) = Σ_j a_j Θ(M, M_j) + Σ_j b_jᵀ ∂Θ(M, M_j)/∂r_j and ∂s/∂r (3n,) for the one molecule
     of ``query``, a = ``energy_coef`` (J,) and ``refs`` already :meth:`TangentFeatures.contracted`
-    with b: the reference side then has one tangent per molecule, so a pair costs about the
-    first derivatives' share of :func:`pair_derivatives`. ``budget``: :func:`_chunks`'s
-    (None: :func:`value_budget` of the kernel's device)."""
+    with b (one tangent T'_b = Σ_ε b_ε T'_ε(b) per reference environment), in chunks of
+    reference molecules (:func:`_expansion_chunk`). ``budget``: :func:`_chunks`'s (None:
+    :func:`value_budget` of the kernel's device)."""
     value, grad = 0.0, None
     for start, stop in _chunks(kernel, query, refs, budget or value_budget(kernel.ctx.device)):
-        out = pair_derivatives(kernel, query, refs.molecules(start, stop))
-        a = energy_coef[start:stop]
-        value += float(out.theta @ a + out.d_ref[:, 0].sum())
-        part = out.d_query @ a + out.mixed[:, :, 0].sum(0)
+        part_value, part = _expansion_chunk(kernel, query, refs.molecules(start, stop), energy_coef[start:stop])
+        value += float(part_value)
         grad = part if grad is None else grad + part
     return value, grad[: 3 * query.n_atoms[0]].detach().cpu().numpy()
+
+
+def _expansion_chunk(kernel: SO3MolecularKernel, query: TangentFeatures, refs: TangentFeatures,
+                     energy_coef: Tensor) -> tuple[Tensor, Tensor]:
+    """s and ∂s/∂r of :func:`closed_form_expansion` for one chunk of contracted references,
+    without the per-coordinate moments of :func:`pair_derivatives`. With α_b = a_j/N_j and
+    ν_b = 1/N_j for the molecule j of reference environment b (N_j = n n'_j for ``reduce="mean"``,
+    else 1), Ċ'_ab(u) = C[f̂_a, T'_b](u) and v̇'_b = ∂v_b along b (the module docstring's terms
+    contracted with b and a):
+
+        s     = Σ_ab [α_b Σ_u g + ν_b (Σ_u g_c Ċ'_ab + g_v' v̇'_b)] + β₂² Σ_j α_j P_j,
+        ∂s/∂r_e = Σ_ab Σ_u (Ċ_e R¹_ab + C̈_e R²_ab) + Σ_a v̇_e(a) s_a,
+
+    P_j the environment pairs of M with M_j, R¹ = α_b g_c + ν_b (g_cc Ċ'_ab + g_cv' v̇'_b),
+    R² = ν_b g_c and s_a = Σ_b [α_b g_v + ν_b (Σ_u g_cv Ċ'_ab + g_vv' v̇'_b)] (u-sums weighted by σ₂² w_u).
+    Ċ_e and C̈_e are C[·, f̂_b] and C[·, T'_b] along T_e(a), so the u-sums are one pass of the
+    lift's transposed synthesis (:meth:`~molntk.kernels.so3.lift.Lift.cross_gradients`, summed
+    over b) against [f̂_b, T'_b], then one contraction with the query tangents: per pair
+    4·K·L3 multiply-adds for the table products instead of the 6 of :func:`pair_derivatives`,
+    and no (pair, coordinate, L3) moments."""
+    ctx, net = kernel.ctx, kernel.network
+    lift, act, dense = net.layers[0], net.layers[1].name, net.layers[3]
+    table = ctx.measure.table(lift.band_limit, ctx.dtype, ctx.device)[:-1]  # (K, L3), identity dropped
+    weights = ctx.measure.mean_weights(ctx.dtype, ctx.device)[:-1] * dense.sigma_w**2  # σ₂² w_u
+    channels = query.coeffs.shape[1]
+    scale = lift.sigma_w**2 / channels
+    per_molecule = query.coeffs.new_ones(len(refs.n_atoms))
+    if kernel.reduce == "mean":
+        per_molecule = 1.0 / (float(query.n_atoms[0]) * torch.as_tensor(refs.n_atoms, dtype=per_molecule.dtype,
+                                                                          device=per_molecule.device))
+    alpha = energy_coef * per_molecule
+    counts = _pair_counts(kernel.pairing, query.numbers, refs.numbers, refs.molecule_index, len(refs.n_atoms))
+    value = dense.sigma_b**2 * (counts @ alpha)
+    grad = query.coeffs.new_zeros(query.tangents.shape[1])
+    alpha_env, nu_env = alpha[refs.molecule_index], per_molecule[refs.molecule_index]
+    for a_rows, b_rows in _groups(kernel.pairing, query.numbers, refs.numbers):
+        xa, xb, ta, tb = query.coeffs[a_rows], refs.coeffs[b_rows], query.tangents[a_rows], refs.tangents[b_rows, 0]
+        al, nu, vr = alpha_env[b_rows], nu_env[b_rows], refs.variance_dot[b_rows, 0]
+        g = pooled_terms(act, lift.cross(xa, xb, ctx)[..., :-1], query.variance[a_rows], refs.variance[b_rows], weights)
+        c_ref = scale * (_moments(xa, tb[:, None], lift.band_limit, query_side=False).view(len(a_rows), len(b_rows), -1) @ table.T)
+        value = value + (g.g @ al).sum() + ((torch.einsum("abk,abk->ab", g.c, c_ref) + g.vb * vr) @ nu).sum()
+        s_a = g.va @ al + (torch.einsum("abk,abk->ab", g.cva, c_ref) + g.vavb * vr) @ nu
+        r1 = al[:, None] * g.c + nu[:, None] * (g.cc * c_ref + g.cvb * vr[:, None])
+        cotangent = torch.nn.functional.pad(torch.cat([r1, nu[:, None] * g.c], 1), (0, 1))  # (A, 2B, K + 1), identity 0
+        pulled = lift.cross_gradients(cotangent, torch.cat([xb, tb]), ctx, channels, summed=True)[0]  # (A, b², C)
+        grad += torch.einsum("aeck,akc->e", ta, pulled) + query.variance_dot[a_rows].T @ s_a
+    return value, grad
 
 
 def closed_form_rows(kernel: SO3MolecularKernel, query: TangentFeatures, refs: TangentFeatures, *, second: bool = True,

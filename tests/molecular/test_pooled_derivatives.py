@@ -74,17 +74,29 @@ def test_mean_reduction_and_a_small_query(frames):
         assert relative_error(getattr(auto, name), getattr(closed, name)) < BOUND, name
 
 
-def test_joint_kernel_and_expansion_equal_autograd(frames):
-    """The symmetric joint matrix (tangent maps made once, each pair computed once) and the
-    expansion s(M) = Σ a_j Θ + Σ b_jᵀ ∂Θ/∂r'_j with its gradient (reference tangents contracted
-    with b first), by both routes."""
+def test_joint_kernel_equals_autograd(frames):
+    """The symmetric joint matrix (tangent maps made once, each pair computed once) by both routes."""
     k = kernel()
     np.testing.assert_allclose(joint_kernel(k, frames, method="closed-form"), joint_kernel(k, frames, method="autograd"),
                                rtol=0, atol=BOUND * np.abs(joint_kernel(k, frames[:1], method="autograd")).max())
+
+
+@pytest.mark.parametrize(("activation", "pairing", "reduce"), [("erf", "element", "sum"), ("exp", "shared", "sum"),
+                                                               ("relu", "element", "mean"), ("quadratic", "shared", "mean")])
+@pytest.mark.parametrize("query", [1, 2])
+def test_expansion_equals_autograd(frames, activation, pairing, reduce, query):
+    """The expansion s(M) = Σ a_j Θ + Σ b_jᵀ ∂Θ/∂r'_j and its gradient (reference tangents
+    contracted with b first, every term pulled back through the lift in one pass) by both
+    routes: closed-form and autograd g-derivatives, both pairings and reductions, a 9-atom
+    query against references of 9 and 6 atoms and a 6-atom one against two of 9. The query is
+    not among the references: relu's g-derivatives are infinite where an environment meets
+    itself (C = v at the identity rotation, a point of the grid)."""
+    k = kernel(f"lift:3 {activation} pool dense", pairing=pairing, reduce=reduce)
+    refs = [m for i, m in enumerate(frames) if i != query]
     rng = np.random.default_rng(0)
-    a, b = rng.normal(size=3), rng.normal(size=3 * (9 + 9 + 6))
-    value, grad = expansion_energy_and_gradient(k, frames[1], frames, a, b, method="autograd")
-    value2, grad2 = expansion_energy_and_gradient(k, frames[1], frames, a, b, method="closed-form")
+    a, b = rng.normal(size=len(refs)), rng.normal(size=3 * sum(m.n_atoms for m in refs))
+    value, grad = expansion_energy_and_gradient(k, frames[query], refs, a, b, method="autograd")
+    value2, grad2 = expansion_energy_and_gradient(k, frames[query], refs, a, b, method="closed-form")
     assert value2 == pytest.approx(value, rel=BOUND)
     assert relative_error(grad, grad2) < BOUND
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import os
 import platform
 import sys
 import time
@@ -64,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     energies = np.asarray(data.targets[config.data.energy_key], dtype=np.float64)
     test, pool = split(config.split, len(data.molecules))
     out = {"command": "python benchmarks/md_exact_gpu.py " + " ".join(sys.argv[1:] if argv is None else argv),
-           "device": torch.cuda.get_device_name() if args.device == "cuda" else platform.processor(),
+           "device": (torch.cuda.get_device_name() if args.device == "cuda"
+                      else f"cpu: {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"),
            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "frames_sha256": sha256_file(frames_path(config)),
            "versions": {"molntk": molntk.__version__, "torch": torch.__version__, "python": platform.python_version()},

@@ -87,12 +87,12 @@ def test_joint_kernel_equals_autograd(frames):
 def test_expansion_equals_autograd(frames, activation, pairing, reduce, query):
     """The expansion s(M) = Σ a_j Θ + Σ b_jᵀ ∂Θ/∂r'_j and its gradient (reference tangents
     contracted with b first, every term pulled back through the lift in one pass) by both
-    routes: closed-form and autograd g-derivatives, both pairings and reductions, a 9-atom
-    query against references of 9 and 6 atoms and a 6-atom one against two of 9. The query is
-    not among the references: relu's g-derivatives are infinite where an environment meets
-    itself (C = v at the identity rotation, a point of the grid)."""
+    routes: closed-form and autograd g-derivatives, both pairings and reductions, queries of 9
+    and 6 atoms against references of 9 and 6 atoms, the query among them (a self-pair, as for
+    a training frame) except for relu, whose g-derivatives are infinite where an environment
+    meets itself (C = v at the identity rotation, a point of the grid: both routes give NaN)."""
     k = kernel(f"lift:3 {activation} pool dense", pairing=pairing, reduce=reduce)
-    refs = [m for i, m in enumerate(frames) if i != query]
+    refs = [m for i, m in enumerate(frames) if i != query or activation != "relu"]
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=len(refs)), rng.normal(size=3 * sum(m.n_atoms for m in refs))
     value, grad = expansion_energy_and_gradient(k, frames[query], refs, a, b, method="autograd")

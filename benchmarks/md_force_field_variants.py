@@ -29,32 +29,33 @@ from molntk.data.md import md_cache_dir
 from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.pipelines.md.config import MDSplitConfig
 from molntk.pipelines.md.run import split
-from molntk.utils.files import atomic_write_json
+from molntk.utils.files import atomic_write_json, sha256_file
 
 RESULTS = Path(__file__).resolve().parent / "results" / "md_force_field_variants.json"
 #: The width-growth radial maps of the QM9 diagnosis (README, "What limits the curve").
 GROWTH = {"kind": "gaussian", "n": 16, "r_min": 0.7, "r_cut": 3.0, "width_growth": 1.5}
 #: Finer quadrature with the λ floor and rank cut it allows.
 GRID7 = {"grid_band_limit": 7, "psd_rtol": 1e-12, "rank_rtol": 1e-13}
+GRID9 = {"grid_band_limit": 9, "psd_rtol": 1e-13, "rank_rtol": 1e-14}
+#: A 4 Å cutoff with the default Gaussians' spacing (0.36 Å): the whole of a small molecule in
+#: most environments (sGDML's descriptor is global).
+CUT4 = {"kind": "gaussian", "n": 11, "r_min": 0.5, "r_cut": 4.0}
 #: Variant name → the estimator parameters it changes (on top of inducing = 1,000, unit eV).
 VARIANTS: dict[str, dict] = {
     "default": {},
     "growth16": {"radial": GROWTH, "sigma_w": 2.85},
     "grid7": GRID7,
-    "grid9": {"grid_band_limit": 9, "psd_rtol": 1e-13, "rank_rtol": 1e-14},
+    "grid9": GRID9,
     "growth16_grid7": {"radial": GROWTH, "sigma_w": 2.85, **GRID7},
     "grid7_m2000": {**GRID7, "inducing": 2000},
-    # Longer cutoffs, the Gaussians' spacing (0.36 Å) kept: the whole of a small molecule in
-    # every environment (sGDML's descriptor is global).
-    "grid7_m2000_cut4": {**GRID7, "inducing": 2000,
-                         "radial": {"kind": "gaussian", "n": 11, "r_min": 0.5, "r_cut": 4.0}},
+    # Longer cutoffs, the Gaussians' spacing kept.
+    "grid7_m2000_cut4": {**GRID7, "inducing": 2000, "radial": CUT4},
     "grid7_m2000_cut5": {**GRID7, "inducing": 2000,
                          "radial": {"kind": "gaussian", "n": 13, "r_min": 0.5, "r_cut": 5.0}},
     # The exact GDML-form model: the joint kernel of energies and forces of every training
     # frame (N(1 + 3n) functions), no inducing environments.
     "grid7_exact": {**GRID7, "inducing": None},
-    "grid7_exact_cut4": {**GRID7, "inducing": None,
-                         "radial": {"kind": "gaussian", "n": 11, "r_min": 0.5, "r_cut": 4.0}},
+    "grid7_exact_cut4": {**GRID7, "inducing": None, "radial": CUT4},
 }
 
 
@@ -67,7 +68,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.n_train > 500:
         parser.error("--n-train must be ≤ 500: the frames pool[500:1000] score the variants")
-    data = read_labelled(md_cache_dir() / f"{args.molecule}.extxyz", ["energy"], forces=True)
+    frames = md_cache_dir() / f"{args.molecule}.extxyz"
+    data = read_labelled(frames, ["energy"], forces=True)
+    frames_sha256 = sha256_file(frames)
     _, pool = split(MDSplitConfig(n_train=[args.n_train], n_test=1000), len(data.molecules))
     energies = np.asarray(data.targets["energy"])
     train, held_out = pool[: args.n_train], pool[500:1000]
@@ -85,9 +88,10 @@ def main(argv: list[str] | None = None) -> None:
                "m": model.n_inducing_ if model.sparse_ else None, "rank": int(model.rank_) if model.sparse_ else None,
                "cv_score": model.cv_score_,
                "reg_energy": model.reg_energy_, "reg_force": model.reg_force_,
+               "reg_at_grid_edge": model.reg_at_grid_edge_,
                "energy_mae_meV": float(np.mean(np.abs(e - energies[held_out]))) * 1000,
                "force_mae_meV_per_A": float(np.mean(np.abs(np.concatenate([x.ravel() for x in f]) - true_forces))) * 1000,
-               "fit_s": fit_s, "predict_s": predict_s, "n_scored": len(held_out),
+               "fit_s": fit_s, "predict_s": predict_s, "n_scored": len(held_out), "frames_sha256": frames_sha256,
                "date": datetime.date.today().isoformat(), "torch_threads": torch.get_num_threads()}
         print(f"{name:<16} rank {row['rank'] or '-':>5}  LOO {row['cv_score']:.4f}  energy {row['energy_mae_meV']:6.2f} meV  "
               f"force {row['force_mae_meV_per_A']:6.2f} meV/Å  fit {fit_s:6.0f} s", flush=True)

@@ -11,7 +11,10 @@ from 0.7 to 3 Å, angular smearing 0.3 rad) changed at a time, in sweeps:
   smearing and without; its degree-3 terms need a finer grid than the scale config's
   (``--set kernel.grid_band_limit=7``, which the reference row then uses too);
 - ``depth``: a group convolution of band limit 3 and a second erf between the lift and
-  the pool (``lift:3 erf conv:3 erf pool dense``).
+  the pool (``lift:3 erf conv:3 erf pool dense``);
+- ``elements``: neighbour elements overlapping (``element_width`` w = 0.85, 1.5, 2.18 and
+  3.12 periodic-table steps: C–N overlap κ = e^{−1/(2w²)} ≈ 0.5, 0.8, 0.9, 0.95;
+  :mod:`molntk.features.elements`).
 
 Every changed candidate has σ_w *matched*: rescaled to keep the lift's input-dependent
 pre-activation variance σ_w² · mean ‖f‖²_{l<L} / C (L the lift's band limit) of the main
@@ -29,6 +32,7 @@ Kernel matrices are cached under ``--cache`` (keyed by the config's name, a hash
 
     python benchmarks/qm9_feature_sweep.py --sweeps radial cutoff smearing
     python benchmarks/qm9_feature_sweep.py --sweeps lift --set kernel.grid_band_limit=7
+    python benchmarks/qm9_feature_sweep.py --sweeps elements
 
 Prints a table and merges its records into benchmarks/results/qm9_feature_sweep.json.
 """
@@ -77,17 +81,20 @@ def sweep_changes(sweep: str, radial: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"layers": "lift:4 erf pool dense"}, {"layers": "lift:4 erf pool dense", "smearing_width": 0.0}]
     if sweep == "depth":
         return [{"layers": "lift:3 erf conv:3 erf pool dense"}]
+    if sweep == "elements":
+        return [{"element_width": w} for w in (0.85, 1.5, 2.18, 3.12)]
     raise ValueError(f"unknown sweep {sweep!r}; choose one of {SWEEPS}")
 
 
-SWEEPS = ("radial", "cutoff", "smearing", "lift", "depth")
+SWEEPS = ("radial", "cutoff", "smearing", "lift", "depth", "elements")
 
 
 def matched_sigma_w(change: dict[str, Any], smearing_width: float, molecules: list, base_scale: float) -> float:
     """σ_w of the changed feature maps (and lift) with the default model's pre-activation variance
     (3 decimals); ``base_scale``: the default model's :func:`preactivation_scale` on ``molecules``."""
     features = dataclasses.replace(BASE.features, radial=radial_basis_from_dict(change["radial"]),
-                                   smearing_width=change.get("smearing_width", smearing_width))
+                                   smearing_width=change.get("smearing_width", smearing_width),
+                                   element_width=change.get("element_width"))
     changed = dataclasses.replace(BASE, features=features, layers=change.get("layers", BASE.layers))
     ratio = base_scale / preactivation_scale(changed, molecules)
     return round(BASE.sigma_w * ratio**0.5, 3)

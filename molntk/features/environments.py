@@ -16,7 +16,9 @@ with h_n the normalised von Mises–Fisher density of width σ around n
 Y^l e3nn's real orthonormal spherical harmonics (``normalization="integral"``, l-blocks of
 width 2l+1 concatenated in e3nn order, L² entries) and s_l = i_l(κ)/i_0(κ). One neighbour
 at R = 1 thus has l = 0 coefficient s_0 Y^0 = 1/√(4π). Without smearing (σ = 0/None)
-the map is the band-limited projection of the point density Σ_b R δ_{r̂_ab}.
+the map is the band-limited projection of the point density Σ_b R δ_{r̂_ab}. With
+``config.element_width`` the element blocks are then mixed, f̂_{(e,k)} ← Σ_e' A_ee' f̂_{(e',k)}
+(:mod:`molntk.features.elements`).
 
 Rotating a molecule by R maps every coefficient block by the e3nn Wigner matrix:
 f̂^l(R·mol) = D^l(R) f̂^l(mol); translations leave the maps unchanged, and permuting the
@@ -37,6 +39,7 @@ from torch import Tensor
 from molntk.data.molecule import MAX_Z, Molecule
 from molntk.data.qm9 import QM9_ELEMENTS, QM9_MAX_ATOMS
 from molntk.errors import InputError
+from molntk.features.elements import element_mixing, mix_elements
 from molntk.features.radial import CoulombBasis, GaussianBasis, RadialBasis, check_float, check_int, radial_basis_from_dict
 from molntk.features.smearing import smearing_coefficients, smearing_vector
 
@@ -73,12 +76,16 @@ class FeatureConfig:
     - ``radial``: :class:`~molntk.features.radial.GaussianBasis` (default
       :data:`DEFAULT_RADIAL`: 8 Gaussians on [0.5, 3] Å, cosine cutoff at 3 Å) or
       :class:`~molntk.features.radial.CoulombBasis`.
+    - ``element_width`` w (> 0, in periodic-table steps; ``None``: each neighbour element
+      its own channels): neighbour elements overlap by S_ee' = exp(−|(p, g)_e − (p, g)_e'|² /
+      (2w²)), period p and group g (:mod:`molntk.features.elements`).
     """
 
     elements: tuple[int, ...] = QM9_ELEMENTS
     band_limit: int = DEFAULT_BAND_LIMIT
     smearing_width: float | None = DEFAULT_SMEARING_WIDTH
     radial: RadialBasis = DEFAULT_RADIAL
+    element_width: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.elements, (str, bytes)) or not hasattr(self.elements, "__iter__"):
@@ -99,6 +106,8 @@ class FeatureConfig:
             object.__setattr__(self, "smearing_width", check_float("smearing_width", self.smearing_width, nonnegative=True))
         if not isinstance(self.radial, (GaussianBasis, CoulombBasis)):
             raise ValueError(f"radial must be a radial basis (GaussianBasis or CoulombBasis), got {self.radial!r}")
+        if self.element_width is not None:
+            object.__setattr__(self, "element_width", check_float("element_width", self.element_width, positive=True))
 
     @property
     def n_radial(self) -> int:
@@ -120,17 +129,24 @@ class FeatureConfig:
         """(neighbour element Z, radial index k) of each channel c, element-major."""
         return [(z, k) for z in self.elements for k in range(self.n_radial)]
 
+    def element_mixing(self) -> np.ndarray | None:
+        """A = S^{1/2} mixing the element blocks of the channels (None without ``element_width``)."""
+        return None if self.element_width is None else element_mixing(self.elements, self.element_width)
+
     def smearing_coefficients(self) -> np.ndarray:
         """s_l, l < L (float64)."""
         return smearing_coefficients(self.band_limit, self.smearing_width)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The keys of :meth:`from_dict`; ``element_width`` only when set, so that maps without
+        it keep the content hashes (kernel caches, saved models) they had before it existed."""
+        keys = {
             "elements": list(self.elements),
             "band_limit": self.band_limit,
             "smearing_width": self.smearing_width,
             "radial": self.radial.to_dict(),
         }
+        return keys if self.element_width is None else {**keys, "element_width": self.element_width}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FeatureConfig:
@@ -325,6 +341,7 @@ def environment_features(
         slot = centre * n_elem + slot_of_element[z[neighbour]]
         coeffs.index_add_(0, slot, pair_terms(vec, z[centre], z[neighbour], config, smearing))
 
+    coeffs = mix_elements(coeffs.reshape(numbers.size, n_elem, n_rad, n_coef), config.element_mixing(), dim=1)
     molecule_index = np.repeat(np.arange(n_atoms.size), n_atoms)
     atom_index = np.arange(numbers.size) - np.repeat(np.cumsum(n_atoms) - n_atoms, n_atoms)
     return EnvironmentBatch(

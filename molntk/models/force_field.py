@@ -269,7 +269,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
 
     Parameters: the recipe's, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`
     (``layers``, ``sigma_w``, ``sigma_b``, ``band_limit``, ``smearing_width``, ``radial``,
-    ``elements``, ``grid_band_limit``, ``sampling``, ``mode``, ``pairing``, ``psd_rtol``,
+    ``elements``, ``element_width``, ``grid_band_limit``, ``sampling``, ``mode``, ``pairing``, ``psd_rtol``,
     ``device``, ``block_size``; float64 and ``reduce="sum"`` always); ``residual`` (subtract the
     dressed-atom model); ``reg_energy``, ``reg_force``: "cv" (both chosen together by
     grouped LOO) or absolute λ_E, λ_F (both must be numbers, or both "cv"; > 0 in sparse mode);

@@ -160,7 +160,7 @@ class SO3NetworkParams:
     """The parameters of the SO(3) model that every SO(3) estimator takes, with the recipe's
     defaults (:data:`DEFAULTS`): the network (``layers``, ``sigma_w``, ``sigma_b``), the feature
     maps (``band_limit``, ``smearing_width``, ``radial`` (a radial-basis dict; None: the
-    recipe's), ``elements``) and the kernel engine (``grid_band_limit``, ``sampling``, ``mode``,
+    recipe's), ``elements``, ``element_width`` (None: elements apart)) and the kernel engine (``grid_band_limit``, ``sampling``, ``mode``,
     ``pairing``)."""
 
     layers: str = DEFAULTS.layers
@@ -170,6 +170,7 @@ class SO3NetworkParams:
     smearing_width: float | None = DEFAULTS.features.smearing_width
     radial: dict[str, Any] | None = None
     elements: Sequence[int] = DEFAULTS.features.elements
+    element_width: float | None = DEFAULTS.features.element_width
     grid_band_limit: int = DEFAULTS.grid_band_limit
     sampling: str = DEFAULTS.sampling
     mode: str = DEFAULTS.mode
@@ -178,7 +179,7 @@ class SO3NetworkParams:
     def feature_config(self) -> FeatureConfig:
         """The feature maps these parameters describe (``radial=None``: the recipe's radial basis)."""
         radial = DEFAULTS.features.radial if self.radial is None else radial_basis_from_dict(self.radial)
-        return FeatureConfig(tuple(self.elements), self.band_limit, self.smearing_width, radial)
+        return FeatureConfig(tuple(self.elements), self.band_limit, self.smearing_width, radial, self.element_width)
 
 
 @dataclass(eq=False, repr=False)
@@ -205,7 +206,8 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
 
     Parameters: ``layers``, ``sigma_w``, ``sigma_b`` (the network); ``band_limit``,
     ``smearing_width``, ``radial`` (dict, None: the recipe's, 8 Gaussians on [0.5, 3] Å),
-    ``elements`` (the feature maps and the element set the model accepts); ``grid_band_limit``,
+    ``elements`` (the feature maps and the element set the model accepts), ``element_width``
+    (neighbour elements' overlap, :mod:`molntk.features.elements`; None: none); ``grid_band_limit``,
     ``sampling``, ``mode``, ``pairing``, ``reduce`` (the kernel engine; the default Lebedev grid
     of band limit 5 as in configs/qm9_u0.yaml); ``residual`` (learn the residual of the
     dressed-atom model); ``baseline`` (None, or the physical baseline of
@@ -254,7 +256,7 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
         features = recipe.features.to_dict()
         return cls(**{name: getattr(recipe, name) for name in RECIPE_PARAMS}, elements=tuple(features["elements"]),
                    band_limit=features["band_limit"], smearing_width=features["smearing_width"],
-                   radial=features["radial"], **params)
+                   radial=features["radial"], element_width=features.get("element_width"), **params)
 
     # -- pieces built from the parameters ------------------------------------------------
 

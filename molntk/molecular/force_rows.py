@@ -65,6 +65,7 @@ from torch import Tensor
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.features.environments import EnvironmentBatch, environment_features, molecule_rows
+from molntk.features.elements import mix_elements
 from molntk.features.pair_jacobians import PairJacobians, pair_jacobians
 from molntk.kernels.so3.network import tile_elements, tile_shape
 from molntk.molecular.derivative_kernels import check_kernel
@@ -180,7 +181,8 @@ def _query(kernel: SO3MolecularKernel, batch: list[Molecule], band2: int) -> _Qu
     with torch.enable_grad():
         trace = net.self_kernels(x1, ctx=ctx)
         grads = [torch.autograd.grad(v.sum(), x1, retain_graph=True)[0] if v.requires_grad else None for v in trace[:-1]]
-    blocks = lambda t: t.unflatten(1, (len(cfg.elements), cfg.n_radial))[pairs.centre, pairs.slot]  # noqa: E731  (P, K, b²)
+    mixing = cfg.element_mixing()  # ∂f̂_(e,k)(a)/∂r_b = A_{e Z_b} J_ab[k]: pull back by A (symmetric)
+    blocks = lambda t: mix_elements(t.unflatten(1, (len(cfg.elements), cfg.n_radial)), mixing, 1)[pairs.centre, pairs.slot]  # noqa: E731  (P, K, b²)
     terms = [None if v is None else torch.einsum("pkf,pkfx->px", blocks(v), pairs.jacobian) for v in grads]
     jacobian = pairs.jacobian.permute(0, 2, 1, 3).flatten(1, 2)  # (P, b²·K, 3)
     return _Query(feats, x1.detach(), [t.detach() for t in trace], pairs, jacobian, terms)
@@ -239,7 +241,8 @@ def _chain_to_positions(kernel: SO3MolecularKernel, query: _Query, g: Tensor, d_
     index, local = molecule_rows(pairs.centre, query.feats.n_env, rows)  # the pairs centred in `rows`
     if not len(index):
         return
-    blocks = g.unflatten(3, (len(kernel.features.elements), kernel.features.n_radial))  # (n2, n1, b², E, K)
+    cfg = kernel.features
+    blocks = mix_elements(g.unflatten(3, (len(cfg.elements), cfg.n_radial)), cfg.element_mixing(), 3)  # (n2, n1, b², E, K)
     picked = blocks[:, local, :, pairs.slot[index]].flatten(2)  # (P, n2, b²·K): the neighbour element's channels
     t = torch.bmm(picked, query.jacobian[index])  # (P, n2, 3)
     for d, u in zip(d_vars, query.variance_terms):

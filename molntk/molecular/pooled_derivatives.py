@@ -54,6 +54,7 @@ from torch import Tensor
 
 from molntk.data.molecule import Molecule
 from molntk.features.environments import environment_features
+from molntk.features.elements import mix_elements
 from molntk.features.pair_jacobians import pair_jacobians
 from molntk.kernels.pooled_ntk_derivatives import pooled_terms
 from molntk.kernels.so3.dense import Dense
@@ -152,6 +153,7 @@ def tangent_features(kernel: SO3MolecularKernel, molecules: Sequence[Molecule]) 
     local = feats.atom_index
     for atom, sign in ((local[pairs.neighbour], 1.0), (local[pairs.centre], -1.0)):
         tangents.index_put_((pairs.centre, atom, pairs.slot), sign * jac, accumulate=True)
+    tangents = mix_elements(tangents, cfg.element_mixing(), 2)  # the mixed maps' tangents: A along the elements
     # (env, atom, element, axis, K, b²) → (env, 3·atom + axis, element·K + k, b²)
     tangents = tangents.permute(0, 1, 3, 2, 4, 5).reshape(n_env, 3 * n_max, n_elements * n_radial, band2)
     scale = lift.sigma_w**2 / coeffs.shape[1]

@@ -4,6 +4,8 @@ The fitted estimator is the session fixture ``fitted_so3`` (tests/conftest.py)."
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import numpy as np
@@ -190,6 +192,8 @@ def test_from_recipe_gives_the_recipe_back(fitted_so3):
     rebuilt = SO3NTKRegressor.from_recipe(model.recipe(), residual=False, cv="gcv")
     assert rebuilt.recipe() == model.recipe()
     assert (rebuilt.residual, rebuilt.cv) == (False, "gcv")
+    overlapping = dataclasses.replace(model.recipe(), features=dataclasses.replace(model.recipe().features, element_width=1.5))
+    assert SO3NTKRegressor.from_recipe(overlapping).recipe() == overlapping
 
 
 def test_a_text_file_is_not_an_archive_rather_than_pickled_data(tmp_path):

@@ -126,6 +126,28 @@ def test_an_so3_candidate_may_bring_its_own_quadrature_grid(tmp_path):
         TASKS.load(str(config), ["models.so3_ntk={candidates: [{layers: 'lift:2 erf pool dense', grid_band_limit: 0}]}"])
 
 
+def test_an_so3_candidate_may_overlap_neighbour_elements(tmp_path):
+    """A candidate's ``element_width`` replaces the feature maps' in its recipe, its kernel's
+    cache key and its label (and only in its own); a width ≤ 0 is an error naming its key."""
+    from molntk.pipelines.qm9.candidates import so3_candidates, so3_recipe
+
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    loaded = TASKS.load(str(config), [
+        "models.so3_ntk={candidates: [{layers: 'lift:2 erf pool dense'}, "
+        "{layers: 'lift:2 erf pool dense', element_width: 1.5}]}",
+    ])
+    plain, own = (so3_recipe(loaded, c, "sum") for c in loaded.models.so3_ntk.candidates)
+    assert (plain.features.element_width, own.features.element_width) == (None, 1.5)
+    candidates = so3_candidates(loaded, "sum")
+    assert candidates[0].kernel.settings() != candidates[1].kernel.settings()
+    assert "element" not in candidates[0].label and candidates[1].label.endswith(", element width 1.5")
+    with pytest.raises(ConfigValidationError, match=r"models\.so3_ntk\.candidates\[0\]\.element_width"):
+        TASKS.load(str(config), ["models.so3_ntk={candidates: [{layers: 'lift:2 erf pool dense', element_width: 0}]}"])
+    with pytest.raises(ConfigValidationError, match=r"features\.element_width"):
+        TASKS.load(str(config), ["features.element_width=-1"])
+
+
 def test_soap_candidates_span_cutoff_width_and_zeta_and_an_edge_on_any_axis_is_reported(tmp_path):
     """SOAP's candidates are r_cuts × sigmas × zetas; the chosen one is at the grid's edge when
     it takes the smallest or largest value of any axis that has two or more values."""

@@ -65,14 +65,16 @@ def dtype_and_device(config: QM9PropertyConfig) -> tuple[torch.dtype, str]:
 def so3_recipe(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str,
                elements: Sequence[int] | None = None) -> SO3ModelRecipe:
     """The SO(3) model of one candidate under the run's ``features``, ``kernel`` and
-    ``regression`` sections (a candidate's ``smearing_width`` and ``radial`` replace the
-    feature maps', its ``grid_band_limit`` the kernel section's);
+    ``regression`` sections (a candidate's ``smearing_width``, ``radial`` and ``element_width``
+    replace the feature maps', its ``grid_band_limit`` the kernel section's);
     ``elements``: its element set (None: the feature maps' default, QM9's)."""
     features = config.features.feature_config(elements)
     if candidate.smearing_width is not None:
         features = dataclasses.replace(features, smearing_width=candidate.smearing_width)
     if candidate.radial is not None:
         features = dataclasses.replace(features, radial=radial_basis_from_dict(candidate.radial))
+    if candidate.element_width is not None:
+        features = dataclasses.replace(features, element_width=candidate.element_width)
     kernel = config.kernel
     return SO3ModelRecipe(
         layers=candidate.layers, sigma_w=candidate.sigma_w, sigma_b=candidate.sigma_b, features=features,
@@ -100,6 +102,8 @@ def so3_candidates(config: QM9PropertyConfig, reduce: str, elements: Sequence[in
         if c.smearing_width is not None:
             label += f", smearing {c.smearing_width:g} rad"
         label += radial_label(c.radial)
+        if c.element_width is not None:
+            label += f", element width {c.element_width:g}"
         if c.grid_band_limit is not None:
             label += f", grid band limit {c.grid_band_limit}"
         out.append(Candidate(label, c.model_dump(), recipe.molecular_kernel(device), recipe.quadrature))

@@ -131,13 +131,15 @@ class FileDataConfig(Section):
 
 class FeatureMapsConfig(Section):
     """Environment feature maps (:class:`~molntk.features.environments.FeatureConfig`):
-    band limit L, angular smearing σ (rad) and radial basis (``kind: gaussian`` with
+    band limit L, angular smearing σ (rad), radial basis (``kind: gaussian`` with
     ``n``, ``r_min``, ``r_cut``, ``width`` or ``width_growth``, ``scaling_r0``,
-    ``scaling_power``; or ``kind: coulomb`` with ``powers``)."""
+    ``scaling_power``; or ``kind: coulomb`` with ``powers``) and ``element_width`` (how much
+    neighbour elements overlap, :mod:`molntk.features.elements`; null: not at all)."""
 
     band_limit: Annotated[int, Field(strict=True, ge=1, le=13)] = RECIPE.features.band_limit
     smearing_width: NonNegative = RECIPE.features.smearing_width
     radial: dict[str, Any] = RECIPE.features.to_dict()["radial"]
+    element_width: Positive | None = RECIPE.features.element_width
 
     @model_validator(mode="after")
     def _valid_radial(self) -> FeatureMapsConfig:
@@ -178,8 +180,8 @@ class KernelConfig(Section):
 
 class SO3Candidate(Section):
     """One SO(3) architecture (:mod:`molntk.kernels.so3.spec`), e.g. ``lift:3 relu pool dense``;
-    ``smearing_width`` (rad) and ``radial`` (a radial basis, as the ``features`` section's)
-    replace the feature maps' angular smearing and radial basis for this candidate, so that
+    ``smearing_width`` (rad), ``radial`` (a radial basis, as the ``features`` section's) and
+    ``element_width`` replace the feature maps' for this candidate, so that
     cross-validation chooses the feature maps with the network; ``grid_band_limit``
     replaces the ``kernel`` section's SO(3) grid for this candidate (a lift of a higher band
     limit on sharp densities needs a finer quadrature to stay rotation invariant)."""
@@ -189,6 +191,7 @@ class SO3Candidate(Section):
     sigma_b: NonNegative = RECIPE.sigma_b
     smearing_width: NonNegative | None = None
     radial: dict[str, Any] | None = None
+    element_width: Positive | None = None
     grid_band_limit: GridBandLimit | None = None
 
     @model_validator(mode="after")

@@ -42,14 +42,15 @@ def test_feature_config_defaults_are_the_recipes() -> None:
 
 def test_main_job_is_the_recipe_with_the_width_growth_maps() -> None:
     """configs/qm9_u0.yaml with its chosen candidate (σ_b = 1, README results) is the recipe
-    with three changes, chosen on QM9 training molecules: the width-growth radial basis, σ_w
-    = 2.85 (the same pre-activation variance) and the λ floor 1e-10."""
+    with four changes, chosen on QM9 training molecules: the width-growth radial basis,
+    overlapping neighbour elements (w = 2.18), σ_w = 2.85 (the same pre-activation variance)
+    and the λ floor 1e-10."""
     config = TASKS.load(CONFIGS / "qm9_u0.yaml")
     chosen = config.models.so3_ntk.candidates[1]
     assert chosen.smearing_width is None and config.regression.reduce == "auto"  # u0_atom is extensive: sum
     main = so3_recipe(config, chosen, "sum")
     width_growth = GaussianBasis(n=16, r_min=0.7, r_cut=3.0, width_growth=1.5)
-    features = dataclasses.replace(FeatureConfig(), radial=width_growth)
+    features = dataclasses.replace(FeatureConfig(), radial=width_growth, element_width=2.18)
     assert main == dataclasses.replace(SO3ModelRecipe(), features=features, sigma_w=2.85, psd_rtol=1e-10)
 
 

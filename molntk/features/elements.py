@@ -23,6 +23,7 @@ kernel on distinct points), so A is unique.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -54,10 +55,14 @@ def element_similarity(elements: Sequence[int], width: float) -> np.ndarray:
     return np.exp(-d2 / (2.0 * width**2))
 
 
-def element_mixing(elements: Sequence[int], width: float) -> np.ndarray:
-    """A = S^{1/2}, the symmetric square root of :func:`element_similarity`, (E, E) float64."""
+@lru_cache(maxsize=64)
+def element_mixing(elements: tuple[int, ...], width: float) -> np.ndarray:
+    """A = S^{1/2}, the symmetric square root of :func:`element_similarity`, (E, E) float64,
+    read-only: made once per (elements, width), since the force routes ask for it per tile."""
     values, vectors = np.linalg.eigh(element_similarity(elements, width))
-    return (vectors * np.sqrt(values.clip(min=0.0))) @ vectors.T
+    mixing = (vectors * np.sqrt(values.clip(min=0.0))) @ vectors.T
+    mixing.setflags(write=False)
+    return mixing
 
 
 def mix_elements(t: Tensor, mixing: np.ndarray | None, dim: int) -> Tensor:
@@ -66,5 +71,5 @@ def mix_elements(t: Tensor, mixing: np.ndarray | None, dim: int) -> Tensor:
     to the unmixed ones."""
     if mixing is None:
         return t
-    a = torch.as_tensor(mixing, dtype=t.dtype, device=t.device)
+    a = torch.tensor(mixing, dtype=t.dtype, device=t.device)  # a copy: the cached A is read-only
     return torch.tensordot(t.movedim(dim, -1), a, dims=([t.dim() - 1], [1])).movedim(-1, dim)

@@ -32,7 +32,7 @@ from molntk.pipelines.md.run import split
 from molntk.utils.files import atomic_write_json, sha256_file
 
 RESULTS = Path(__file__).resolve().parent / "results" / "md_force_field_variants.json"
-#: The width-growth radial maps of the QM9 diagnosis (README, "What limits the curve").
+#: The width-growth radial maps of the QM9 diagnosis (docs/qm9-accuracy.md, "What limits the curve").
 GROWTH = {"kind": "gaussian", "n": 16, "r_min": 0.7, "r_cut": 3.0, "width_growth": 1.5}
 #: Finer quadrature with the λ floor and rank cut it allows.
 GRID7 = {"grid_band_limit": 7, "psd_rtol": 1e-12, "rank_rtol": 1e-13}

@@ -45,7 +45,7 @@ Layer = Lift | GroupConv | Dense | Nonlinearity | Pool
 #: Group values (pairs × (K+1)) per tile of the cross-kernel recursion: 2¹⁹ float64 values
 #: (4 MiB) keep a tile's temporaries in the CPU caches. Measured on the benchmark's
 #: configurations (one thread): per-pair cost flat for 2¹⁶–2²⁰, while whole 256 × 256 × 109
-#: blocks (2²³) cost 5× more per pair (README "SO(3) kernel speed").
+#: blocks (2²³) cost 5× more per pair (docs/benchmarks.md "SO(3) kernel speed").
 TILE_ELEMENTS = 2**19
 #: The same on CUDA: 2²⁶ values (512 MiB per temporary), so that a tile's kernel launches
 #: and its Python work are amortised over ~176,000 environment pairs. Measured on an H200

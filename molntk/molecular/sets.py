@@ -78,17 +78,23 @@ class MoleculeSet:
 
 @dataclass
 class InducingSet:
-    """The inducing atoms ``rows`` of ``molecules`` (rows of their atoms in molecule order,
-    which are the rows of their environment feature maps and of their per-atom
-    descriptors), each a molecule of its own, followed by the set's molecules: a local
-    molecular kernel on it holds Θ(inducing, inducing) and Θ(molecule, inducing) of a
-    sparse model, Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(x_a, x_s). The atoms are described by
-    the feature maps (:meth:`environments`) or the descriptors (:meth:`descriptors`) of the
-    whole molecules, computed once for the set's molecules and indexed for the inducing
-    rows; kernels that describe whole molecules (``molecules``) cannot use it."""
+    """The inducing atoms ``rows`` of ``source`` (rows of its atoms in molecule order, which
+    are the rows of their environment feature maps and of their per-atom descriptors; by
+    default ``source`` is ``base``), each a molecule of its own, followed by the molecules
+    of ``base``: a local molecular kernel on it holds Θ(inducing, inducing) and
+    Θ(molecule, inducing) of a sparse model, Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(x_a, x_s).
+    The atoms are described by the feature maps (:meth:`environments`) or the descriptors
+    (:meth:`descriptors`) of the whole molecules, computed once per set and indexed for the
+    inducing rows; kernels that describe whole molecules (``molecules``) cannot use it."""
 
     base: MoleculeSet
     rows: torch.Tensor
+    source: MoleculeSet | None = None
+
+    @property
+    def inducing_source(self) -> MoleculeSet:
+        """The set whose atoms the inducing rows index: ``source``, else ``base``."""
+        return self.base if self.source is None else self.source
 
     @property
     def dtype(self) -> torch.dtype:
@@ -106,20 +112,23 @@ class InducingSet:
     def environments(self, config: FeatureConfig) -> EnvironmentBatch:
         """Feature maps of the inducing environments (one molecule each), then of the set's molecules."""
         feats = self.base.environments(config)
-        return concatenate(environments_as_molecules(feats, self.rows), feats)
+        inducing = environments_as_molecules(self.inducing_source.environments(config), self.rows)
+        return concatenate(inducing, feats)
 
     def descriptors(self, key: str, describe: Callable[[list[Molecule]], AtomDescriptors]) -> AtomDescriptors:
         """Descriptors of the inducing atoms (one molecule each, rows of the set's own
         descriptors, :meth:`MoleculeSet.descriptors`), then of the set's molecules."""
         described = self.base.descriptors(key, describe)
-        return described.atoms_as_molecules(self.rows).followed_by(described)
+        inducing = self.inducing_source.descriptors(key, describe).atoms_as_molecules(self.rows)
+        return inducing.followed_by(described)
 
     def item_keys(self) -> np.ndarray:
         """(m + n, 32) uint8: each inducing atom's digest, SHA-256 of ("environment", its
         molecule's digest, its atom index in that molecule), then the molecules' digests:
         an inducing environment is known by its molecule and atom, not by its row."""
-        digests = self.base.item_keys()
-        starts = np.cumsum([0] + [m.n_atoms for m in self.base.molecules])
+        source = self.inducing_source
+        digests = source.item_keys()
+        starts = np.cumsum([0] + [m.n_atoms for m in source.molecules])
         rows = self.rows.cpu().numpy().astype(np.int64)
         owner = np.searchsorted(starts, rows, side="right") - 1
         out = np.empty((len(rows), ITEM_KEY_BYTES), dtype=np.uint8)
@@ -128,7 +137,7 @@ class InducingSet:
             h.update(digests[mol].tobytes())
             h.update(np.int64(row - starts[mol]).tobytes())
             out[i] = np.frombuffer(h.digest(), dtype=np.uint8)
-        return np.concatenate([out, digests])
+        return np.concatenate([out, self.base.item_keys()])
 
     def __len__(self) -> int:
         return len(self.rows) + len(self.base)

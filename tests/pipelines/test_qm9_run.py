@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from molntk.cli.main import app
@@ -451,5 +452,35 @@ def test_an_extended_curve_reads_the_blocks_of_the_shorter_run(tmp_path, monkeyp
                      for run in (first, second))
     assert ("power-spectrum-sparse", 30) in after
     assert {key: after[key] for key in before} == before
-    with pytest.raises(ConfigValidationError, match="sparse.pool: 40 exceeds the largest training size 24"):
-        TASKS.load(str(config), ["sparse.pool=40"])
+
+
+def test_an_inducing_pool_beyond_the_curve_is_that_of_the_longer_curve(tmp_path, monkeypatch):
+    """``sparse.pool`` may reach beyond the largest training size: a run at 10 and 24
+    training molecules on the inducing environments of the first 30 (SOAP's own descriptors,
+    whose inducing atoms come from the same pool) is extended to 30 by computing only the
+    rows of molecules 24–29 — its Θ(inducing, inducing), training and test blocks all read
+    from the first run's cache, which therefore had the extended run's inducing set — and
+    its records at 10 and 24 come back number for number. A pool beyond the training split
+    is refused, naming ``sparse.pool``."""
+    from molntk.pipelines.qm9.sets import load_sets
+    from molntk.scale.executors import SerialExecutor
+
+    config = tmp_path / "pool.yaml"
+    config.write_text(SMALL.replace("cache: false\n", "") + "sparse: {models: [power_spectrum, soap], environments: 40, pool: 30, exact_up_to: 10}\n")
+    common = ["run", str(config), "--json", "--set", f"output={tmp_path / 'out'}", "--set", "models.so3_ntk=null",
+              "--set", "models.soap={zetas: [2]}"]
+    first = CliRunner().invoke(app, common)
+    assert first.exit_code == 0, first.output
+    computed = []
+    serial_run = SerialExecutor.run
+    monkeypatch.setattr(SerialExecutor, "run", lambda self, kernel, jobs: computed.extend(jobs) or serial_run(self, kernel, jobs))
+    second = CliRunner().invoke(app, [*common, "--set", "learning_curve.n_train=[10,24,30]"])
+    assert second.exit_code == 0, second.output
+    assert computed and all(np.array_equal(rows, 40 + np.arange(24, 30)) for rows, _ in computed), computed
+    before, after = ({(r["model"], r["n_train"]): r["mae"] for r in json.loads(run.stdout)["result"]["records"]}
+                     for run in (first, second))
+    assert {("power-spectrum-sparse", 30), ("soap-dscribe-sparse", 30)} <= set(after)
+    assert {key: after[key] for key in before} == before
+    beyond = TASKS.load(str(config), ["models.soap={zetas: [2]}", "data.split.n_train=50", "sparse.pool=60"])
+    with pytest.raises(ConfigValidationError, match="sparse.pool: 60 exceeds the 50 molecules of the training split"):
+        load_sets(beyond, str(config), torch.float64, "cpu")

@@ -400,7 +400,10 @@ class SparseConfig(Section):
     Θ(M, {s}) = Σ_{a∈M} [Z_a = Z_s] k(x_a, x_s) on those descriptors.
     ``pool``: draw them from the first ``pool`` training molecules (null: all molecules of
     the largest training size); a fixed pool keeps the inducing set, and with it every
-    cached kernel block (:mod:`molntk.scale.cache`), when the learning curve is extended.
+    cached kernel block (:mod:`molntk.scale.cache`), when the learning curve is extended. It
+    may reach beyond the largest training size (up to the training split): the curve is
+    then run on the inducing set of the longer curve it will be extended to (their inputs
+    only; no target of a molecule outside a training set is used).
     ``exact_up_to``: the exact models run only on training sizes up to this (null: all),
     so a learning curve can go on where only the sparse models reach. ``rank_rtol``:
     eigenvalues of Θ(inducing, inducing) below rank_rtol × the largest are dropped from
@@ -498,15 +501,6 @@ class QM9PropertyConfig(TaskConfig):
                 raise FieldError("sparse.models", f"lists {name!r}, but models.{name} is null")
             if name == "so3_ntk" and self.kernel.pairing == "atom-index":
                 raise FieldError("sparse.models", "a sparse so3_ntk needs kernel.pairing 'element' or 'shared', not 'atom-index'")
-        return self
-
-    @model_validator(mode="after")
-    def _inducing_pool_within_training(self) -> QM9PropertyConfig:
-        """``sparse.pool`` ≤ the largest training size: inducing environments come from training molecules."""
-        largest = max(self.learning_curve.n_train)
-        if self.sparse is not None and self.sparse.pool is not None and self.sparse.pool > largest:
-            raise FieldError("sparse.pool", f"{self.sparse.pool:,} exceeds the largest training size {largest:,} "
-                                            "(learning_curve.n_train): inducing environments come from training molecules")
         return self
 
     @model_validator(mode="after")

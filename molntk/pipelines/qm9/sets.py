@@ -67,7 +67,11 @@ class Composition:
 class QM9Sets:
     """Molecules and target values of one run. ``molecules`` holds the largest training set
     (its first n are the training set of size n), then the test set, then the rotated
-    copies of the invariance set: one group, so each model describes every molecule once."""
+    copies of the invariance set: one group, so each model describes every molecule once.
+    ``inducing_pool``: the first ``sparse.pool`` training molecules when that pool reaches
+    beyond the largest training set (the sparse models' inducing atoms come from it, so a
+    curve can be run now on the inducing set of the longer curve it will be extended to);
+    None when the pool lies within ``molecules``."""
 
     sizes: list[int]
     molecules: MoleculeSet
@@ -79,6 +83,7 @@ class QM9Sets:
     units: dict[str, str]
     composition: Composition = field(default_factory=Composition)
     read_failures: list[str] = field(default_factory=list)
+    inducing_pool: MoleculeSet | None = None
 
     @property
     def n_train(self) -> int:
@@ -120,14 +125,15 @@ def load_qm9_data(data: QM9DataConfig, source: str) -> QM9:
 
 
 def check_sizes(n_train: list[int], n_test: int | None, train_size: int, test_size: int, source: str,
-                split_key: str = "data.split.n_train") -> None:
-    """ConfigValidationError naming ``learning_curve.n_train`` / ``learning_curve.n_test``
-    when they ask for more molecules than the split's training / test part holds (nothing
-    is cut silently); ``split_key`` names the key that sets the training split's size."""
+                split_key: str = "data.split.n_train", pool: int | None = None) -> None:
+    """ConfigValidationError naming ``learning_curve.n_train`` / ``sparse.pool`` /
+    ``learning_curve.n_test`` when they ask for more molecules than the split's training /
+    test part holds (nothing is cut silently); ``split_key`` names the key that sets the
+    training split's size."""
     problems = []
-    if max(n_train) > train_size:
-        problems.append(ConfigProblem(source, "learning_curve.n_train",
-                                      f"{max(n_train):,} exceeds the {train_size:,} molecules of the training split ({split_key})"))
+    for key, n in (("learning_curve.n_train", max(n_train)), ("sparse.pool", pool)):
+        if n is not None and n > train_size:
+            problems.append(ConfigProblem(source, key, f"{n:,} exceeds the {train_size:,} molecules of the training split ({split_key})"))
     if n_test is not None and n_test > test_size:
         problems.append(ConfigProblem(source, "learning_curve.n_test",
                                       f"{n_test:,} exceeds the {test_size:,} molecules of the test split (null: all of them)"))
@@ -154,30 +160,32 @@ def file_split(data: FileDataConfig, labelled: LabelledData, source: str) -> tup
     return train, test
 
 
-def _qm9_part(config: QM9PropertyConfig, source: str) -> tuple[QM9, np.ndarray, np.ndarray]:
-    """QM9 and its standard split's training and test rows, sizes checked."""
+def _qm9_part(config: QM9PropertyConfig, source: str, pool: int | None) -> tuple[QM9, np.ndarray, np.ndarray]:
+    """QM9 and its standard split's training and test rows, sizes (and the inducing ``pool``) checked."""
     data = config.data
     qm9 = load_qm9_data(data, source)
     split = standard_split(len(qm9), data.seed, data.split.n_train, data.split.n_valid)
-    check_sizes(config.learning_curve.n_train, config.learning_curve.n_test, split.train.size, split.test.size, source)
+    check_sizes(config.learning_curve.n_train, config.learning_curve.n_test, split.train.size, split.test.size, source,
+                pool=pool)
     return qm9, split.train, split.test
 
 
 def load_sets(config: QM9PropertyConfig, source: str, dtype: torch.dtype, device: str) -> QM9Sets:
     """Molecules and targets of a run (module docstring)."""
     curve, data = config.learning_curve, config.data
+    pool = None if config.sparse is None else config.sparse.pool
     if isinstance(data, FileDataConfig):
         split_key = data.split.key if isinstance(data.split, GivenSplitConfig) else None
         labelled = read_labelled(data.path, config.targets, smiles_column=data.smiles_column,
                                  structure_column=data.structure_column, id_column=data.id_column,
                                  split_key=split_key, add_hs=data.add_hs)
         train_rows, test_rows = file_split(data, labelled, source)
-        check_sizes(curve.n_train, curve.n_test, train_rows.size, test_rows.size, source, "data.split")
+        check_sizes(curve.n_train, curve.n_test, train_rows.size, test_rows.size, source, "data.split", pool)
         molecules, values = labelled.molecules, labelled.targets
         units = {t: data.targets[t] for t in config.targets}
         composition, failures = Composition.of(molecules), [f.message for f in labelled.failures]
     else:
-        qm9, train_rows, test_rows = _qm9_part(config, source)
+        qm9, train_rows, test_rows = _qm9_part(config, source, pool)
         molecules, values = qm9, {t: np.asarray(qm9.target(t)) for t in config.targets}
         units = {t: QM9_TARGETS[t].unit for t in config.targets}
         composition, failures = Composition(), []
@@ -198,6 +206,7 @@ def load_sets(config: QM9PropertyConfig, source: str, dtype: torch.dtype, device
         units=units,
         composition=composition,
         read_failures=failures,
+        inducing_pool=MoleculeSet(_pick(molecules, train_rows[:pool]), dtype, device) if pool and pool > sizes[-1] else None,
     )
 
 

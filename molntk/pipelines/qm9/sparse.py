@@ -3,8 +3,9 @@
 For a model listed in ``sparse.models``, with the candidate chosen for its exact version:
 
 1. m inducing environments are chosen among the atoms of the largest training set, or of
-   its first ``sparse.pool`` molecules (:func:`inducing_atom_rows`; fixed for every
-   training size, so one kernel serves the whole learning curve): by farthest-point
+   the first ``sparse.pool`` training molecules (:func:`inducing_set`; fixed for every
+   training size, so one kernel serves the whole learning curve, and a pool beyond the
+   largest training set keeps the inducing set of a longer curve): by farthest-point
    sampling in the space the model compares atoms in, the channel amplitudes of molntk's
    feature maps (:func:`~molntk.features.inducing.inducing_environments`) or, for FCHL19
    and SOAP, their own descriptors (:func:`~molntk.molecular.descriptors.inducing_atoms`);
@@ -37,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from molntk.features.inducing import inducing_environments
 from molntk.molecular import InducingSet
@@ -88,24 +88,31 @@ class SparseKernels:
         return float(self.row_seconds[inside].sum())
 
 
-def inducing_atom_rows(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig) -> torch.Tensor:
-    """Step 1: rows of the ``sparse.environments`` inducing atoms among the atoms of the
-    training molecules (the first ``sparse.pool`` of them when given), chosen in the space
-    of the candidate's kernel: its own per-atom descriptors for a baseline that has them
-    (FCHL19, SOAP), else the channel amplitudes of its feature maps."""
+def inducing_set(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig) -> InducingSet:
+    """Step 1: the run's molecules after the ``sparse.environments`` inducing atoms, chosen
+    among the atoms of the training molecules (the first ``sparse.pool`` of them when given,
+    :attr:`~molntk.pipelines.qm9.sets.QM9Sets.inducing_pool` when those reach beyond the
+    largest training set) in the space of the candidate's kernel: its own per-atom
+    descriptors for a baseline that has them (FCHL19, SOAP), else the channel amplitudes of
+    its feature maps."""
+    source = sets.molecules if sets.inducing_pool is None else sets.inducing_pool
     options = {"method": sparse.selection, "seed": sparse.seed, "pool": sparse.pool or sets.n_train}
     if isinstance(candidate.kernel, MoleculeDescriptorKernel):
-        return inducing_atoms(candidate.kernel.describe(sets.molecules), sparse.environments, **options)
-    return inducing_environments(sets.molecules.environments(candidate.kernel.features), sparse.environments, **options)
+        rows = inducing_atoms(candidate.kernel.describe(source), sparse.environments, **options)
+    else:
+        rows = inducing_environments(source.environments(candidate.kernel.features), sparse.environments, **options)
+    return InducingSet(sets.molecules, rows, source=sets.inducing_pool)
 
 
 def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, assembler: BlockAssembler,
                    progress: Progress | None, label: str) -> SparseKernels:
     """Steps 1–3 of the module docstring for the chosen ``candidate``."""
-    rows = inducing_atom_rows(candidate, sets, sparse)
-    kernel = block_kernel(candidate, InducingSet(sets.molecules, rows))
-    sets.molecules.release()  # the block kernel holds the inducing set's own copy
-    m, n_train, n_test = len(rows), sets.n_train, sets.n_test
+    inducing = inducing_set(candidate, sets, sparse)
+    kernel = block_kernel(candidate, inducing)
+    for group in (sets.molecules, sets.inducing_pool):  # the block kernel holds the inducing set's own copy
+        if group is not None:
+            group.release()
+    m, n_train, n_test = len(inducing.rows), sets.n_train, sets.n_test
     assembly = assembler.assemble(
         kernel, np.arange(m), m + np.arange(len(sets.molecules)),
         test_boundaries=[*sets.sizes, n_train + n_test], storage=label,

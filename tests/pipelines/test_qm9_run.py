@@ -426,18 +426,11 @@ def test_cv_loss_absolute_chooses_by_the_mean_absolute_leave_one_out_error(tmp_p
         TASKS.load(str(config), ["regression.cv=gcv", "regression.cv_loss=absolute"])
 
 
-def test_an_extended_curve_reads_the_blocks_of_the_shorter_run(tmp_path, monkeypatch):
-    """``sparse.pool`` fixes the inducing environments, and the block cache knows a block by
-    its molecules: a run extended from 24 to 30 training molecules in the same output folder
-    computes only the rows of molecules 24–29 against the 40 inducing environments (7 blocks
-    of 6 columns; the selection, exact and test blocks all come from the first run's cache,
-    and its report counts them so), and its records at 10 and 24 molecules are the first
-    run's, number for number."""
+def _extend_to_30(common: list[str], monkeypatch) -> tuple[object, object, list]:
+    """The run of ``common``, then the same run extended to 30 training molecules in the
+    same output folder: both results and the (rows, cols) of the blocks the second computed."""
     from molntk.scale.executors import SerialExecutor
 
-    config = tmp_path / "pool.yaml"
-    config.write_text(SMALL.replace("cache: false\n", "") + "sparse: {models: [power_spectrum], environments: 40, pool: 10, exact_up_to: 10}\n")
-    common = ["run", str(config), "--json", "--set", f"output={tmp_path / 'out'}", "--set", "models.so3_ntk=null"]
     first = CliRunner().invoke(app, common)
     assert first.exit_code == 0, first.output
     computed = []
@@ -445,6 +438,20 @@ def test_an_extended_curve_reads_the_blocks_of_the_shorter_run(tmp_path, monkeyp
     monkeypatch.setattr(SerialExecutor, "run", lambda self, kernel, jobs: computed.extend(jobs) or serial_run(self, kernel, jobs))
     second = CliRunner().invoke(app, [*common, "--set", "learning_curve.n_train=[10,24,30]"])
     assert second.exit_code == 0, second.output
+    return first, second, computed
+
+
+def test_an_extended_curve_reads_the_blocks_of_the_shorter_run(tmp_path, monkeypatch):
+    """``sparse.pool`` fixes the inducing environments, and the block cache knows a block by
+    its molecules: a run extended from 24 to 30 training molecules in the same output folder
+    computes only the rows of molecules 24–29 against the 40 inducing environments (7 blocks
+    of 6 columns; the selection, exact and test blocks all come from the first run's cache,
+    and its report counts them so), and its records at 10 and 24 molecules are the first
+    run's, number for number."""
+    config = tmp_path / "pool.yaml"
+    config.write_text(SMALL.replace("cache: false\n", "") + "sparse: {models: [power_spectrum], environments: 40, pool: 10, exact_up_to: 10}\n")
+    common = ["run", str(config), "--json", "--set", f"output={tmp_path / 'out'}", "--set", "models.so3_ntk=null"]
+    first, second, computed = _extend_to_30(common, monkeypatch)
     assert len(computed) == 7 and all(np.array_equal(rows, 40 + np.arange(24, 30)) for rows, _ in computed), computed
     tallies = [json.loads(run.stdout)["result"]["kernel_blocks"] for run in (first, second)]
     assert tallies[1]["computed"] == 7 and tallies[1]["from_cache"] >= tallies[0]["computed"], tallies
@@ -463,19 +470,12 @@ def test_an_inducing_pool_beyond_the_curve_is_that_of_the_longer_curve(tmp_path,
     its records at 10 and 24 come back number for number. A pool beyond the training split
     is refused, naming ``sparse.pool``."""
     from molntk.pipelines.qm9.sets import load_sets
-    from molntk.scale.executors import SerialExecutor
 
     config = tmp_path / "pool.yaml"
     config.write_text(SMALL.replace("cache: false\n", "") + "sparse: {models: [power_spectrum, soap], environments: 40, pool: 30, exact_up_to: 10}\n")
     common = ["run", str(config), "--json", "--set", f"output={tmp_path / 'out'}", "--set", "models.so3_ntk=null",
               "--set", "models.soap={zetas: [2]}"]
-    first = CliRunner().invoke(app, common)
-    assert first.exit_code == 0, first.output
-    computed = []
-    serial_run = SerialExecutor.run
-    monkeypatch.setattr(SerialExecutor, "run", lambda self, kernel, jobs: computed.extend(jobs) or serial_run(self, kernel, jobs))
-    second = CliRunner().invoke(app, [*common, "--set", "learning_curve.n_train=[10,24,30]"])
-    assert second.exit_code == 0, second.output
+    first, second, computed = _extend_to_30(common, monkeypatch)
     assert computed and all(np.array_equal(rows, 40 + np.arange(24, 30)) for rows, _ in computed), computed
     before, after = ({(r["model"], r["n_train"]): r["mae"] for r in json.loads(run.stdout)["result"]["records"]}
                      for run in (first, second))

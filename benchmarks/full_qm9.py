@@ -1,7 +1,7 @@
 """Wall time and peak memory of a whole ``task: qm9-property`` run (not a test).
 
 The scale target of the full split: ``configs/qm9_u0_full_so3.yaml`` (the sparse SO(3) NTK
-on all 110,000 training molecules with 8,000 inducing environments, evaluated on all 10,831
+on all 110,000 training molecules with 20,000 inducing environments, evaluated on all 10,831
 test molecules) from the configuration file to the written report, on whatever device the
 config's ``kernel.device: auto`` finds. Runs the same code as ``molntk run`` in this
 process and records:

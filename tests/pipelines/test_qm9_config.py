@@ -185,3 +185,24 @@ def test_power_spectrum_chooses_among_radial_bases_as_the_so3_candidates_do(tmp_
     assert "width_growth=1.5" in candidates[2].label
     with pytest.raises(ConfigValidationError, match=r"radials\[1\]"):
         TASKS.load(str(config), ["models.power_spectrum={radials: [null, {kind: gaussian, n: 0}]}"])
+
+
+def test_power_spectrum_chooses_the_overlap_of_neighbour_elements_as_the_so3_candidates_do(tmp_path):
+    """``models.power_spectrum.element_widths``: each width (null: elements apart) × each ζ on the
+    maps of each radial basis; without the list the features section's width, and the candidates'
+    parameters keep their earlier keys; a width that is not positive is named."""
+    from molntk.pipelines.qm9.candidates import build_candidates
+
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    loaded = TASKS.load(str(config), ["features.element_width=1.5",
+                                      "models.power_spectrum={zetas: [1, 2], element_widths: [null, 2.18]}"])
+    candidates = build_candidates(loaded, "sum", [])["power-spectrum"]
+    assert [(c.params["zeta"], c.params["element_width"]) for c in candidates] == [(1, None), (2, None), (1, 2.18), (2, 2.18)]
+    assert candidates[0].kernel.features.element_mixing() is None and "elements apart" in candidates[0].label
+    assert candidates[2].kernel.features.element_width == 2.18 and "element width 2.18" in candidates[2].label
+    assert candidates[2].kernel.features.radial == loaded.features.feature_config(None).radial
+    default = build_candidates(TASKS.load(str(config), ["features.element_width=1.5"]), "sum", [])["power-spectrum"]
+    assert all(c.kernel.features.element_width == 1.5 and set(c.params) == {"zeta", "radial"} for c in default)
+    with pytest.raises(ConfigValidationError, match=r"element_widths"):
+        TASKS.load(str(config), ["models.power_spectrum={element_widths: [0.0]}"])

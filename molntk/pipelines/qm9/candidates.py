@@ -16,12 +16,13 @@ from typing import Any
 import torch
 
 from molntk.data.molecule import Molecule
+from molntk.features.environments import FeatureConfig
 from molntk.features.radial import radial_basis_from_dict
 from molntk.models import SO3ModelRecipe
 from molntk.molecular import MolecularKernel
 from molntk.molecular.baselines import MLPNTK, AugmentedMLPNTK, BagOfBonds, CoulombMatrix, DScribeSOAPKernel, FCHL19Kernel
 from molntk.molecular.baselines import LaplacianKernel, MLPArchitecture, PowerSpectrumKernel, RotationSet, median_l1_width
-from molntk.pipelines.qm9.config import QM9PropertyConfig, SO3Candidate
+from molntk.pipelines.qm9.config import PowerSpectrumModelConfig, QM9PropertyConfig, SO3Candidate
 from molntk.pipelines.qm9.sets import Composition
 from molntk.scale.devices import resolve_device
 
@@ -91,6 +92,25 @@ def radial_label(radial: dict[str, Any] | None) -> str:
     return ", radial " + " ".join(f"{k}={v}" for k, v in radial.items() if k != "kind")
 
 
+def power_spectrum_candidates(section: PowerSpectrumModelConfig, features: FeatureConfig, pairing: str,
+                              reduce: str) -> list[Candidate]:
+    """The power spectrum's candidates: every radial basis × element width × ζ of ``section``
+    on the feature maps ``features`` (a candidate's radial basis and width replace the maps')."""
+    out = []
+    for radial in section.radials or [None]:
+        radial_maps = features if radial is None else dataclasses.replace(features, radial=radial_basis_from_dict(radial))
+        for width in section.element_widths or [features.element_width]:
+            maps, params, label = radial_maps, {"radial": radial}, radial_label(radial)
+            if section.element_widths is not None:  # the key only where the grid has it: earlier caches stay valid
+                maps = dataclasses.replace(radial_maps, element_width=width)
+                params["element_width"] = width
+                label += ", elements apart" if width is None else f", element width {width:g}"
+            out += [Candidate(f"ζ={z}" + label, {"zeta": z, **params},
+                              PowerSpectrumKernel(maps, z, pairing=pairing, reduce=reduce), grid_value=z)
+                    for z in section.zetas]
+    return out
+
+
 def so3_candidates(config: QM9PropertyConfig, reduce: str, elements: Sequence[int] | None = None) -> list[Candidate]:
     """The SO(3) NTK's candidates (``models.so3_ntk``, which must not be null) under the
     config, reduced by ``reduce``, for the element set ``elements`` (None: QM9's)."""
@@ -139,14 +159,7 @@ def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence
                 label += f", {2 * section.rotations} rotations"
             out[name].append(Candidate(label, c.model_dump(), kernel, quadrature=name != "mlp-ntk"))
     if models.power_spectrum is not None:
-        out["power-spectrum"] = []
-        for radial in models.power_spectrum.radials or [None]:
-            maps = features if radial is None else dataclasses.replace(features, radial=radial_basis_from_dict(radial))
-            out["power-spectrum"] += [
-                Candidate(f"ζ={z}" + radial_label(radial), {"zeta": z, "radial": radial},
-                          PowerSpectrumKernel(maps, z, pairing=pairing, reduce=reduce), grid_value=z)
-                for z in models.power_spectrum.zetas
-            ]
+        out["power-spectrum"] = power_spectrum_candidates(models.power_spectrum, features, pairing, reduce)
     if models.soap is not None:
         soap = models.soap
         out["soap-dscribe"] = [

@@ -242,10 +242,15 @@ class PowerSpectrumModelConfig(Section):
     """SOAP-type power-spectrum kernel (p̂·p̂')^ζ on the feature maps, ζ chosen from ``zetas``
     and, when ``radials`` lists radial bases (each as the ``features`` section's ``radial``,
     or null for that one), the maps' radial basis from them, as the SO(3) candidates choose
-    theirs (``radials`` null: the ``features`` section's only)."""
+    theirs (``radials`` null: the ``features`` section's only); likewise, when
+    ``element_widths`` lists widths w of the overlap of neighbour elements (as the
+    ``features`` section's ``element_width``; null: elements apart), the width from them
+    (``element_widths`` null: the ``features`` section's only). The grid is every radial ×
+    width × ζ."""
 
     zetas: Annotated[list[Count], Field(min_length=1)] = [1, 2, 3, 4]
     radials: Annotated[list[dict[str, Any] | None], Field(min_length=1)] | None = None
+    element_widths: Annotated[list[Positive | None], Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
     def _radials_parse(self) -> PowerSpectrumModelConfig:

@@ -12,6 +12,9 @@ from 0.7 to 3 Å, angular smearing 0.3 rad) changed at a time, in sweeps:
   (``--set kernel.grid_band_limit=7``, which the reference row then uses too);
 - ``depth``: a group convolution of band limit 3 and a second erf between the lift and
   the pool (``lift:3 erf conv:3 erf pool dense``);
+- ``head``: an invariant MLP on the pooled features, ``pool dense quadratic dense`` and
+  ``pool dense erf dense`` (products of two Haar means, as the power spectrum's ζ = 2: its
+  (p·p')² is the square of the body-order-3 Haar mean);
 - ``elements``: neighbour elements overlapping (``element_width`` w = 0.85, 1.5, 2.18 and
   3.12 periodic-table steps: C–N overlap κ = e^{−1/(2w²)} ≈ 0.5, 0.8, 0.9, 0.95;
   :mod:`molntk.features.elements`).
@@ -27,12 +30,16 @@ its first target), scored as the config's candidate search scores it:
 - ``loo``: leave-one-out MAE of the config's kernel ridge (λ by its CV and loss);
 - ``held_out``: λ by the same CV on the first 70 %, MAE on the other 30 %.
 
+``--element-width w``: every row, the reference included, on maps whose neighbour elements
+overlap by w (the reference's σ_w then matched too): the sweeps around the overlapping maps.
+
 Kernel matrices are cached under ``--cache`` (keyed by the config's name, a hash of the
 ``--set`` overrides and the candidate's parameters).
 
     python benchmarks/qm9_feature_sweep.py --sweeps radial cutoff smearing
     python benchmarks/qm9_feature_sweep.py --sweeps lift --set kernel.grid_band_limit=7
     python benchmarks/qm9_feature_sweep.py --sweeps elements
+    python benchmarks/qm9_feature_sweep.py --sweeps cutoff --element-width 2.18
 
 Prints a table and merges its records into benchmarks/results/qm9_feature_sweep.json.
 """
@@ -81,12 +88,14 @@ def sweep_changes(sweep: str, radial: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"layers": "lift:4 erf pool dense"}, {"layers": "lift:4 erf pool dense", "smearing_width": 0.0}]
     if sweep == "depth":
         return [{"layers": "lift:3 erf conv:3 erf pool dense"}]
+    if sweep == "head":
+        return [{"layers": f"lift:3 erf pool dense {activation} dense"} for activation in ("quadratic", "erf")]
     if sweep == "elements":
         return [{"element_width": w} for w in (0.85, 1.5, 2.18, 3.12)]
     raise ValueError(f"unknown sweep {sweep!r}; choose one of {SWEEPS}")
 
 
-SWEEPS = ("radial", "cutoff", "smearing", "lift", "depth", "elements")
+SWEEPS = ("radial", "cutoff", "smearing", "lift", "depth", "head", "elements")
 
 
 def matched_sigma_w(change: dict[str, Any], smearing_width: float, molecules: list, base_scale: float) -> float:
@@ -105,6 +114,8 @@ def main() -> None:
     parser.add_argument("--config", default="configs/qm9_u0_scale.yaml")
     parser.add_argument("--candidate", type=int, default=1, help="index of the config's SO(3) NTK candidate")
     parser.add_argument("--sweeps", nargs="+", default=["radial", "cutoff", "smearing"], choices=SWEEPS)
+    parser.add_argument("--element-width", type=float, default=None,
+                        help="neighbour elements overlapping by w in every row, the reference included")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override key=value")
     parser.add_argument("--cache", type=Path, default=Path("results/qm9_feature_sweep_kernels"))
     parser.add_argument("--json", type=Path, default=RESULTS)
@@ -116,9 +127,14 @@ def main() -> None:
     match_molecules = load_qm9().molecules(MATCH_MOLECULES)
     base_scale = preactivation_scale(BASE, match_molecules)
     rows: list[tuple[str, dict[str, Any]]] = [("reference", reference.model_dump())]
+    base_change = {"radial": reference.radial}
+    if args.element_width is not None:
+        base_change["element_width"] = args.element_width
+        rows = [("reference", {**reference.model_dump(), **base_change,
+                               "sigma_w": matched_sigma_w(base_change, smearing_width, match_molecules, base_scale)})]
     for sweep in args.sweeps:
         for change in sweep_changes(sweep, reference.radial):
-            change = {"radial": reference.radial, **change}
+            change = {**base_change, **change}
             params = {**reference.model_dump(), **change, "sigma_w": matched_sigma_w(change, smearing_width, match_molecules, base_scale)}
             rows.append((sweep, params))
     candidates = config.models.so3_ntk.model_copy(update={"candidates": [type(reference)(**p) for _, p in rows]})

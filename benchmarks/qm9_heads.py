@@ -12,9 +12,10 @@ pooled kernel Σ. Exact kernels on the first ``--n`` training molecules of the s
 - the SO(3) NTK ``lift:3 erf pool dense`` and ``lift:3 erf pool dense quadratic dense``
   (σ_w 2.853, σ_b 1: the feature sweep's matched σ_w for these maps).
 
-Scored by closed-form leave-one-out, r_i = [(K + λI)⁻¹ y]_i / [(K + λI)⁻¹]_ii, on the grid
-λ = 10^{-12, -11.5, …, -1} · mean diag K: the lowest LOO MAE (the candidate search's
-absolute loss), the RMSE at that λ and the lowest LOO RMSE.
+Scored by exact leave-one-out residuals (:func:`molntk.regression.selection.loo_residuals`,
+one eigendecomposition per kernel) on the grid λ = 10^{-12, -11.5, …, -1} · mean diag K:
+the lowest LOO MAE (the candidate search's absolute loss), the RMSE at that λ and the
+lowest LOO RMSE.
 
     python benchmarks/qm9_heads.py --n 2000      # kernels ≈ 45 min on a 2-core CPU
 
@@ -24,6 +25,7 @@ Writes benchmarks/results/qm9_heads.json (records keyed by n and kernel).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import time
 from pathlib import Path
@@ -32,26 +34,26 @@ import numpy as np
 from benchmark_files import merge_records
 from qm9_body_orders import selection_problem
 
-from molntk.features.environments import FeatureConfig
-from molntk.features.radial import GaussianBasis
+from molntk.features.radial import radial_basis_from_dict
 from molntk.molecular.baselines.power_spectrum import PowerSpectrumKernel
 from molntk.pipelines.tasks import TASKS
+from molntk.regression.selection import loo_residuals
+from molntk.regression.spectral import eigensystem
 from molntk.scale import torch_threads
 
 RESULTS = Path(__file__).parent / "results" / "qm9_heads.json"
-MAPS = FeatureConfig(band_limit=4, smearing_width=0.3, element_width=2.18,
-                     radial=GaussianBasis(n=16, r_min=0.7, r_cut=3.0, width_growth=1.5))
 RADIAL = {"kind": "gaussian", "n": 16, "r_min": 0.7, "r_cut": 3.0, "width_growth": 1.5}
+ELEMENT_WIDTH = 2.18
 HEADS = ("lift:3 erf pool dense", "lift:3 erf pool dense quadratic dense")
 RELATIVE_REGS = 10.0 ** np.arange(-12.0, -0.9, 0.5)
 
 
-def loo_scores(K: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Closed-form leave-one-out on the λ grid (module doc)."""
+def loo_scores(K: np.ndarray, y: np.ndarray, psd_rtol: float) -> dict[str, float]:
+    """Leave-one-out scores on the λ grid (module doc)."""
+    eig = eigensystem(K, psd_rtol=psd_rtol)
     curve = []
     for rel in RELATIVE_REGS:
-        inverse = np.linalg.inv(K + rel * float(np.mean(np.diag(K))) * np.eye(len(y)))
-        residual = (inverse @ y) / np.diag(inverse)
+        residual = loo_residuals(eig, y, rel * eig.mean_diag)
         curve.append((rel, float(np.mean(np.abs(residual))), float(np.sqrt(np.mean(residual**2)))))
     best = min(curve, key=lambda t: t[1])
     return {"loo_mae": best[1], "reg_relative": best[0], "rmse_at_mae_reg": best[2],
@@ -67,22 +69,24 @@ def main() -> None:
 
     config = TASKS.load(args.config, [f"learning_curve.n_select={args.n}"])
     template = config.models.so3_ntk.candidates[0]
-    candidates = [type(template)(layers=layers, sigma_w=2.853, sigma_b=1.0, radial=RADIAL, element_width=MAPS.element_width)
+    candidates = [type(template)(layers=layers, sigma_w=2.853, sigma_b=1.0, radial=RADIAL, element_width=ELEMENT_WIDTH)
                   for layers in HEADS]
+    maps = dataclasses.replace(config.features.feature_config(), radial=radial_basis_from_dict(RADIAL),
+                               element_width=ELEMENT_WIDTH)
     so3 = config.models.so3_ntk.model_copy(update={"candidates": candidates})
     config = config.model_copy(update={"models": config.models.model_copy(update={"so3_ntk": so3})})
     records = []
     with torch_threads(config.kernel.threads):
         target, y, molecules, built = selection_problem(config)
         jobs = [(f"power spectrum ζ={z}, element width 2.18",
-                 lambda z=z: PowerSpectrumKernel(MAPS, z, pairing=config.kernel.pairing, reduce="sum")(molecules)["kernel"])
+                 lambda z=z: PowerSpectrumKernel(maps, z, pairing=config.kernel.pairing, reduce="sum")(molecules)["kernel"])
                 for z in (1, 2)]
         jobs += [(c.label, lambda c=c: c.kernel(molecules)[c.matrix]) for c in built]
         for name, kernel in jobs:
             start = time.perf_counter()
             K = kernel().cpu().numpy()
             seconds = time.perf_counter() - start
-            records.append({"kernel": name, "n": args.n, "target": target, **loo_scores(K, y), "kernel_seconds": seconds,
+            records.append({"kernel": name, "n": args.n, "target": target, **loo_scores(K, y, config.regression.psd_rtol), "kernel_seconds": seconds,
                             "date": datetime.date.today().isoformat()})
             print(f"{name:60.60s} LOO MAE {records[-1]['loo_mae']:7.2f}  RMSE {records[-1]['rmse_at_mae_reg']:7.2f}  "
                   f"kernel {seconds:5.0f} s", flush=True)

@@ -10,7 +10,12 @@ pooled kernel Σ. Exact kernels on the first ``--n`` training molecules of the s
 
 - the power spectrum ζ = 1 and ζ = 2;
 - the SO(3) NTK ``lift:3 erf pool dense`` and ``lift:3 erf pool dense quadratic dense``
-  (σ_w 2.853, σ_b 1: the feature sweep's matched σ_w for these maps).
+  (σ_w 2.853, σ_b 1: the feature sweep's matched σ_w for these maps);
+- the same quadratic head on normalised pooled features, the NTK's counterpart of the power
+  spectrum's p̂ = p/‖p‖: a layer norm on the pooled features themselves
+  (``pool layernorm dense quadratic dense``: the head sees σ_w² ρ + σ_b², ρ the correlation
+  of the pooled kernel) or after the head's dense layer (``pool dense layernorm quadratic
+  dense``: the correlation of σ_w² K + σ_b²).
 
 Scored by exact leave-one-out residuals (:func:`molntk.regression.selection.loo_residuals`,
 one eigendecomposition per kernel) on the grid λ = 10^{-12, -11.5, …, -1} · mean diag K:
@@ -18,6 +23,7 @@ the lowest LOO MAE (the candidate search's absolute loss), the RMSE at that λ a
 lowest LOO RMSE.
 
     python benchmarks/qm9_heads.py --n 2000      # kernels ≈ 45 min on a 2-core CPU
+    python benchmarks/qm9_heads.py --n 2000 --no-power-spectrum --heads "lift:3 erf pool dense"
 
 Writes benchmarks/results/qm9_heads.json (records keyed by n and kernel).
 """
@@ -44,7 +50,8 @@ from molntk.scale import torch_threads
 RESULTS = Path(__file__).parent / "results" / "qm9_heads.json"
 RADIAL = {"kind": "gaussian", "n": 16, "r_min": 0.7, "r_cut": 3.0, "width_growth": 1.5}
 ELEMENT_WIDTH = 2.18
-HEADS = ("lift:3 erf pool dense", "lift:3 erf pool dense quadratic dense")
+HEADS = ("lift:3 erf pool dense", "lift:3 erf pool dense quadratic dense",
+         "lift:3 erf pool layernorm dense quadratic dense", "lift:3 erf pool dense layernorm quadratic dense")
 RELATIVE_REGS = 10.0 ** np.arange(-12.0, -0.9, 0.5)
 
 
@@ -64,13 +71,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/qm9_u0_scale.yaml")
     parser.add_argument("--n", type=int, default=2000, help="training molecules (the first n of the split)")
+    parser.add_argument("--heads", nargs="*", default=list(HEADS), help="SO(3) NTK architectures (default: all of HEADS)")
+    parser.add_argument("--sigma-w", type=float, default=2.853, help="σ_w of every weight layer (default 2.853)")
+    parser.add_argument("--sigma-b", type=float, default=1.0, help="σ_b of every weight layer (default 1)")
+    parser.add_argument("--power-spectrum", action=argparse.BooleanOptionalAction, default=True,
+                        help="also the power spectrum ζ = 1, 2 (default: yes)")
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     config = TASKS.load(args.config, [f"learning_curve.n_select={args.n}"])
     template = config.models.so3_ntk.candidates[0]
-    candidates = [type(template)(layers=layers, sigma_w=2.853, sigma_b=1.0, radial=RADIAL, element_width=ELEMENT_WIDTH)
-                  for layers in HEADS]
+    candidates = [type(template)(layers=layers, sigma_w=args.sigma_w, sigma_b=args.sigma_b, radial=RADIAL, element_width=ELEMENT_WIDTH)
+                  for layers in args.heads]
     maps = dataclasses.replace(config.features.feature_config(), radial=radial_basis_from_dict(RADIAL),
                                element_width=ELEMENT_WIDTH)
     so3 = config.models.so3_ntk.model_copy(update={"candidates": candidates})
@@ -80,7 +92,7 @@ def main() -> None:
         target, y, molecules, built = selection_problem(config)
         jobs = [(f"power spectrum ζ={z}, element width 2.18",
                  lambda z=z: PowerSpectrumKernel(maps, z, pairing=config.kernel.pairing, reduce="sum")(molecules)["kernel"])
-                for z in (1, 2)]
+                for z in ((1, 2) if args.power_spectrum else ())]
         jobs += [(c.label, lambda c=c: c.kernel(molecules)[c.matrix]) for c in built]
         for name, kernel in jobs:
             start = time.perf_counter()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -113,6 +113,30 @@ ACTIVATIONS: dict[str, DualActivation] = {
     "exp": DualActivation("exp", torch.exp, _exp_dual),
     "identity": DualActivation("identity", lambda x: x, _identity_dual),
 }
+
+
+def check_gaussian_inputs(layers: Sequence[object], weight_layers: tuple[type, ...], nonlinearity: type) -> None:
+    """ValueError unless every ``nonlinearity`` in ``layers`` has a Gaussian input at infinite width.
+
+    The dual activation is E[σ(u)σ(v)] for a centred Gaussian pair (u, v). A weight layer
+    (one of ``weight_layers``: lift, convolution, dense) sums over infinitely many channels
+    and gives one; pooling and layer norm are linear (the norm's divisor is deterministic in
+    the limit) and keep it; a nonlinearity does not, and neither does a network's raw input.
+    σ applied to σ'(z), or to the pool of σ'(z), is not the dual's expectation, and its finite
+    twin does not converge to that kernel.
+    """
+    gaussian = False
+    for i, layer in enumerate(layers):
+        if isinstance(layer, nonlinearity) and not gaussian:
+            raise ValueError(
+                f"layer {i + 1} ({layer.name}) has no weight layer between it and the input or the "
+                "previous nonlinearity: put lift, conv or dense before it "
+                "(e.g. '… pool dense quadratic dense', not '… pool quadratic dense')"
+            )
+        if isinstance(layer, weight_layers):
+            gaussian = True
+        elif isinstance(layer, nonlinearity):
+            gaussian = False
 
 
 def get_activation(name: str) -> DualActivation:

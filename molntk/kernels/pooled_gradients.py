@@ -20,8 +20,9 @@ its backward one compiled loop per pair over the K values (numba, no GIL, pairs 
 torch's threads as the forward does), about the cost of the forward pass. The torch path
 instead records about ten passes over the (P, K) values and differentiates them (≈ 40× the
 fused forward, measured on ethanol environment pairs). A backward pass that is itself
-recorded (``create_graph=True``, second derivatives) recomputes the torch formulas from the
-saved inputs and differentiates them, so higher derivatives stay exact.
+recorded (``create_graph=True``, second derivatives) recomputes the torch formulas on fresh
+aliases of the saved inputs and differentiates them, so higher derivatives stay exact (aliases:
+a self-kernel's variance is an entry of its own K, so the inputs are not independent).
 """
 
 from __future__ import annotations
@@ -184,11 +185,20 @@ class FusedPooledDual(torch.autograd.Function):
 
 def _recorded_backward(activation: str, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, weights: Tensor,
                        grad_f: Tensor | None, grad_t: Tensor | None, needs: tuple[bool, ...]) -> list[Tensor | None]:
-    """Gradients with respect to (K, Θ, v, v') of the torch formulas recomputed from the saved
-    inputs, recorded (differentiable again)."""
-    f, fdot = get_activation(activation).dual(nngp, var1, var2)
-    outputs = [f @ weights, (fdot * (nngp if ntk is None else ntk)) @ weights]
+    """Partial derivatives with respect to (K, Θ, v, v') of the torch formulas recomputed from
+    the saved inputs, recorded (differentiable again).
+
+    The formulas are recomputed on a fresh alias of each input, and the gradients taken with
+    respect to the aliases: the inputs need not be independent (a self-kernel's variance v is
+    an entry of its own K, and v and v' are one tensor), and a gradient with respect to the
+    inputs themselves would also collect the paths from one through the other, which autograd
+    then adds once more.
+    """
+    k, theta, v1, v2 = (None if x is None else x.view_as(x) for x in (nngp, ntk, var1, var2))
+    f, fdot = get_activation(activation).dual(k, v1, v2)
+    outputs = [f @ weights, (fdot * (k if theta is None else theta)) @ weights]
     pairs = [(o, g) for o, g in zip(outputs, (grad_f, grad_t)) if g is not None]
-    inputs = [x for x, need in zip((nngp, ntk, var1, var2), needs) if need and x is not None]
+    aliases = (k, theta, v1, v2)
+    inputs = [x for x, need in zip(aliases, needs) if need and x is not None]
     grads = iter(torch.autograd.grad([o for o, _ in pairs], inputs, [g for _, g in pairs], create_graph=True, allow_unused=True))
-    return [next(grads) if need and x is not None else None for x, need in zip((nngp, ntk, var1, var2), needs)]
+    return [next(grads) if need and x is not None else None for x, need in zip(aliases, needs)]

@@ -89,6 +89,42 @@ def test_gradcheck_and_second_derivatives(activation):
     assert torch.autograd.gradgradcheck(fn, args)
 
 
+@pytest.mark.parametrize("activation", ["erf", "exp"])
+@pytest.mark.parametrize("tangent", ["none", "same"])
+def test_recorded_backward_of_a_self_kernel_counts_each_path_once(activation, tangent):
+    """A self-kernel pass: the variance v is the identity entry of K itself and one tensor is
+    both sides' variance. The gradient of a downstream function with respect to the leaf that
+    K comes from must be the same through the compiled backward, the recorded backward
+    (create_graph, as derivative kernels of deeper networks take it) and autograd of the
+    torch formulas; the recorded one once added the paths through v twice."""
+    gen = torch.Generator().manual_seed(5)
+    n, k = 4, 12
+    leaf0 = torch.rand(n, k + 1, generator=gen, dtype=torch.float64) * 0.5
+    leaf0[:, -1] += 1.0  # the identity entry: the largest value, as a variance
+    w = torch.rand(k + 1, generator=gen, dtype=torch.float64)
+    w[-1] = 0.0  # the identity has weight 0, as in the engine's measures
+    cotangent = torch.rand(n, generator=gen, dtype=torch.float64)
+
+    def gradient(fused: bool, create_graph: bool) -> torch.Tensor:
+        leaf = leaf0.clone().requires_grad_(True)
+        psi = leaf.square()  # a non-leaf K, as the layers before the pool give
+        var = psi[:, -1:]
+        ntk = psi if tangent == "same" else None
+        if fused:
+            f, th = pooled_dual(activation, psi, ntk, var, var, w / w.sum())
+        else:
+            F, Fdot = get_activation(activation).dual(psi, var, var)
+            f, th = F @ (w / w.sum()), None if ntk is None else (Fdot * ntk) @ (w / w.sum())
+        out = f if th is None else f + th
+        (g,) = torch.autograd.grad((out * cotangent).sum(), leaf, create_graph=create_graph)
+        return g.detach()
+
+    reference = gradient(fused=False, create_graph=False)
+    for create_graph in (False, True):
+        got = gradient(fused=True, create_graph=create_graph)
+        assert (got - reference).abs().max() <= 1e-13 * float(reference.abs().max())
+
+
 def test_other_activations_weights_and_devices_are_not_compiled():
     nngp, _, _, _, w = _inputs(4, shape=(2, 2, 5))
     assert not backward_available("relu", nngp, w)

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from molntk.errors import InputError
+from molntk.kernels.activations import check_gaussian_inputs
 from molntk.kernels.cn.conv import GroupConv
 from molntk.kernels.cn.dense import Dense
 from molntk.kernels.cn.lift import Lift
@@ -68,6 +69,7 @@ class CnNetwork:
         bad = [layer.n for layer in layers if isinstance(layer, GroupConv) and layer.n != self.n]
         if bad:
             raise ValueError(f"GroupConv(n={bad[0]}) in a network lifted to n = {self.n}")
+        check_gaussian_inputs(layers, (Lift, GroupConv, Dense), Nonlinearity)
 
     @property
     def n(self) -> int:

@@ -8,6 +8,7 @@ finite torch twin ``finite``), named as in :mod:`molntk.kernels.cn`:
 :class:`GroupConv`     SO(3) → SO(3): K' = σ_w² P_L[K] + σ_b²,  Θ' = K' + σ_w² P_L[Θ]
 :class:`Nonlinearity`  K' = F_σ(K; ψ^{ff}(e), ψ^{f'f'}(e)),  Θ' = Θ · Ḟ_σ(K; …)
 :class:`Dense`         K' = σ_w² K + σ_b²,  Θ' = K' + σ_w² Θ (pointwise, or after Pool)
+:class:`LayerNorm`     K' = K / √(ψ^{ff}(e) ψ^{f'f'}(e)),  Θ' = Θ / √(…) (over channels)
 :class:`Pool`          the invariant pool: Haar mean over SO(3), K = Σ_k w_k ψ(u_k)
 =====================  ================================================================
 
@@ -25,9 +26,10 @@ from molntk.kernels.so3.context import Discretisation
 from molntk.kernels.so3.conv import GroupConv
 from molntk.kernels.so3.dense import Dense
 from molntk.kernels.so3.grids import SO3Grid
+from molntk.kernels.so3.layernorm import LayerNorm
 from molntk.kernels.so3.lift import Lift
 from molntk.kernels.so3.network import SO3Network, serial
 from molntk.kernels.so3.nonlinearity import Nonlinearity
 from molntk.kernels.so3.pool import Pool
 
-__all__ = ["Dense", "Discretisation", "GroupConv", "Lift", "Nonlinearity", "Pool", "SO3Grid", "SO3Network", "serial"]
+__all__ = ["Dense", "Discretisation", "GroupConv", "LayerNorm", "Lift", "Nonlinearity", "Pool", "SO3Grid", "SO3Network", "serial"]

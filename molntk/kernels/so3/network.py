@@ -30,17 +30,19 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from molntk.kernels.activations import check_gaussian_inputs
 from molntk.kernels.result import PooledKernel
 from molntk.kernels.so3.context import Discretisation
 from molntk.kernels.so3.conv import GroupConv
 from molntk.kernels.so3.dense import Dense
 from molntk.kernels.so3.grids import SO3Grid
+from molntk.kernels.so3.layernorm import LayerNorm
 from molntk.kernels.so3.lift import Lift
 from molntk.kernels.so3.nonlinearity import Nonlinearity
 from molntk.kernels.so3.pool import Pool
 from molntk.kernels.so3.state import Rule, pair_variances, self_variances, variance
 
-Layer = Lift | GroupConv | Dense | Nonlinearity | Pool
+Layer = Lift | GroupConv | Dense | Nonlinearity | LayerNorm | Pool
 
 #: Group values (pairs × (K+1)) per tile of the cross-kernel recursion: 2¹⁹ float64 values
 #: (4 MiB) keep a tile's temporaries in the CPU caches. Measured on the benchmark's
@@ -105,6 +107,7 @@ class SO3Network:
             raise ValueError("Lift comes first and group convolutions come before Pool")
         if not isinstance(layers[-1], Dense):
             raise ValueError("an SO(3) network ends with a Dense readout")
+        check_gaussian_inputs(layers, (Lift, GroupConv, Dense), Nonlinearity)
 
     @property
     def band_limit(self) -> int:

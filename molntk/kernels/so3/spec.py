@@ -10,6 +10,7 @@ A specification is a sequence of layer tokens separated by spaces (or ``->``):
 ``dense``          :class:`~molntk.kernels.so3.dense.Dense` (pointwise before ``pool``)
 ``relu``, ``erf``,  :class:`~molntk.kernels.so3.nonlinearity.Nonlinearity`
 ``quadratic``, …
+``layernorm``      :class:`~molntk.kernels.so3.layernorm.LayerNorm` (channels divided by their RMS)
 ``pool``           :class:`~molntk.kernels.so3.pool.Pool` (Haar mean over SO(3))
 =================  =============================================================
 
@@ -25,6 +26,7 @@ import re
 from molntk.kernels.activations import ACTIVATIONS
 from molntk.kernels.so3.conv import GroupConv
 from molntk.kernels.so3.dense import Dense
+from molntk.kernels.so3.layernorm import LayerNorm
 from molntk.kernels.so3.lift import Lift
 from molntk.kernels.so3.network import SO3Network, serial
 from molntk.kernels.so3.nonlinearity import Nonlinearity
@@ -50,10 +52,12 @@ def parse_architecture(spec: str, *, sigma_w: float = 1.0, sigma_b: float = 0.0)
             layers.append(Dense(sigma_w, sigma_b))
         elif token == "pool":
             layers.append(Pool())
+        elif token == "layernorm":
+            layers.append(LayerNorm())
         elif token in ACTIVATIONS:
             layers.append(Nonlinearity(token))
         else:
-            known = ", ".join(["lift:L", "conv:L", "dense", "pool", *sorted(ACTIVATIONS)])
+            known = ", ".join(["lift:L", "conv:L", "dense", "pool", "layernorm", *sorted(ACTIVATIONS)])
             raise ValueError(f"architecture {spec!r}: unknown layer {token!r} (known: {known})")
     try:
         return serial(*layers)
@@ -73,6 +77,8 @@ def describe_architecture(network: SO3Network) -> str:
             words.append("dense")
         elif isinstance(layer, Pool):
             words.append("pool")
+        elif isinstance(layer, LayerNorm):
+            words.append("layernorm")
         else:
             words.append(layer.name)
     return " ".join(words)

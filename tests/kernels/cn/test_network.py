@@ -29,6 +29,7 @@ from molntk.kernels.cn import (
     Flatten,
     GroupConv,
     Lift,
+    Pool,
     augmented,
     cnn_flatten,
     cnn_gap,
@@ -215,3 +216,13 @@ def test_bad_inputs_raise_input_error():
         gcnn(4, 2, k=2)
     with pytest.raises(ValueError):
         gcnn(4, 2, padding="reflect")
+
+
+def test_nonlinearity_without_a_weight_layer_before_it_is_rejected():
+    """The dual activation needs a Gaussian input: σ of pooled σ'-features or of raw pixels is
+    refused, naming the layer (the SO(3) branch's measured reason: tests/kernels/so3/test_network.py)."""
+    with pytest.raises(ValueError, match="layer 4 \\(relu\\) has no weight layer"):
+        serial(Lift(4), Nonlinearity("relu"), Pool(), Nonlinearity("relu"), Dense(out=1))
+    with pytest.raises(ValueError, match="layer 2 \\(erf\\)"):
+        serial(Flatten(), Nonlinearity("erf"), Dense(out=1))
+    serial(Lift(4), Nonlinearity("relu"), Pool(), Dense(), Nonlinearity("relu"), Dense(out=1))

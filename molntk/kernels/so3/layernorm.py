@@ -36,8 +36,12 @@ class LayerNorm:
     def rule(
         self, nngp: Tensor, ntk: Tensor | None, var1: Tensor, var2: Tensor, ctx: Discretisation
     ) -> tuple[Tensor, Tensor | None]:
-        """K' = K / √(var1 var2), Θ' = Θ / √(var1 var2) (elementwise, any shape)."""
-        scale = torch.rsqrt(var1 * var2)
+        """K' = K / √(var1 var2), Θ' = Θ / √(var1 var2) (elementwise, any shape); 0 where a
+        variance is 0 (a signal that is 0 everywhere, e.g. an atom without neighbours under
+        σ_b = 0, stays 0, as the power spectrum's p̂ does)."""
+        product = var1 * var2
+        positive = product > 0
+        scale = torch.where(positive, torch.rsqrt(torch.where(positive, product, 1.0)), 0.0)
         return nngp * scale, None if ntk is None else ntk * scale
 
     def kernel(self, state: GroupKernel | PooledKernel, ctx: Discretisation, *, ntk: bool) -> GroupKernel | PooledKernel:
@@ -50,7 +54,10 @@ class LayerNorm:
 
 
 class LayerNormModule(nn.Module):
-    """(B, n, ...) → the same, each channel vector (axis 1) divided by its root mean square."""
+    """(B, n, ...) → the same, each channel vector (axis 1) divided by its root mean square
+    (a zero vector stays zero)."""
 
     def forward(self, y: Tensor) -> Tensor:
-        return y * torch.rsqrt(y.square().mean(dim=1, keepdim=True))
+        mean_square = y.square().mean(dim=1, keepdim=True)
+        positive = mean_square > 0
+        return y * torch.where(positive, torch.rsqrt(torch.where(positive, mean_square, 1.0)), 0.0)

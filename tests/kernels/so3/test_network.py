@@ -222,6 +222,25 @@ def test_layer_norm_gives_unit_self_kernels_and_correlations():
     assert torch.allclose(normed.ntk, before.nngp / norm + before.ntk / norm, rtol=1e-14)
 
 
+def test_layer_norm_of_a_zero_signal_is_zero():
+    """Without biases an all-zero input (an atom without neighbours) has variance 0 at the
+    norm: its kernels are 0 there (no NaN, in the rule or its gradient) and the finite twin
+    maps it to 0, as the power spectrum's p̂ = 0 for such an environment."""
+    net = serial(Lift(3, 1.2, 0.0), Nonlinearity("quadratic"), Pool(), LayerNorm(), Dense(1.0, 0.0), Nonlinearity("quadratic"), Dense(1.0, 0.0))
+    x = random_coefficients(3, 3, 3, seed=4)
+    x[1] = 0.0
+    x.requires_grad_(True)
+    ctx = net.discretisation(SO3Grid(2), "exact")
+    k = net.kernel(x, ctx=ctx)
+    assert torch.isfinite(k.ntk).all() and torch.isfinite(k.nngp).all()
+    assert (k.ntk[1] == 0).all() and (k.ntk[:, 1] == 0).all() and (k.ntk[0, 0] > 0)
+    (grad,) = torch.autograd.grad(k.ntk.sum(), x)
+    assert torch.isfinite(grad).all()
+    with torch.no_grad():
+        out = net.finite(tuple(x.shape[1:]), 16, ctx)(x.detach())
+    assert torch.isfinite(out).all() and float(out[1]) == 0.0
+
+
 def test_nonlinearity_without_a_weight_layer_before_it_is_rejected():
     """σ of a pooled (or σ'-activated) signal is not a Gaussian pre-activation, so the dual
     activation is not its kernel: measured, the empirical NTK of ``lift erf pool quadratic

@@ -15,7 +15,9 @@ pooled kernel Σ. Exact kernels on the first ``--n`` training molecules of the s
   spectrum's p̂ = p/‖p‖: a layer norm on the pooled features themselves
   (``pool layernorm dense quadratic dense``: the head sees σ_w² ρ + σ_b², ρ the correlation
   of the pooled kernel) or after the head's dense layer (``pool dense layernorm quadratic
-  dense``: the correlation of σ_w² K + σ_b²).
+  dense``: the correlation of σ_w² K + σ_b²);
+- with ``--sigma-b 0 --heads "lift:3 quadratic pool layernorm dense quadratic dense"``, the
+  NTK closest to the power spectrum ζ = 2: its pooled kernel is (σ_w²/C)² (‖f‖²‖f'‖² + 2 p·p').
 
 Scored by exact leave-one-out residuals (:func:`molntk.regression.selection.loo_residuals`,
 one eigendecomposition per kernel) on the grid λ = 10^{-12, -11.5, …, -1} · mean diag K:

@@ -115,6 +115,12 @@ ACTIVATIONS: dict[str, DualActivation] = {
 }
 
 
+def inverse_sqrt(v: Tensor) -> Tensor:
+    """v^{-1/2}, and 0 where v = 0 (a zero-variance input, whose covariances are 0 too); its
+    gradient is finite everywhere."""
+    return torch.where(v > 0, v, torch.ones_like(v)).rsqrt() * (v > 0)
+
+
 def check_gaussian_inputs(layers: Sequence[object], weight_layers: tuple[type, ...], nonlinearity: type) -> None:
     """ValueError unless every ``nonlinearity`` in ``layers`` has a Gaussian input at infinite width.
 

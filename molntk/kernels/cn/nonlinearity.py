@@ -18,14 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from molntk.kernels.activations import get_activation
+from molntk.kernels.activations import get_activation, inverse_sqrt
 from molntk.kernels.cn.slabs import for_each_slab, leading_dims
 from molntk.kernels.cn.state import KernelState
-
-
-def _inverse_sqrt(v: Tensor) -> Tensor:
-    """v^{-1/2}, and 0 where v = 0 (there the covariance is 0 too)."""
-    return torch.where(v > 0, v, torch.ones_like(v)).rsqrt() * (v > 0)
 
 
 def relu_slab(xp, k, theta, r1, r2, g1, g2, out_theta, cos, angle, scratch) -> None:
@@ -65,7 +60,7 @@ def relu_maps(
     """ReLU duals, in place: K̃ = √(v v')/(2π) (sin ψ + (π − ψ) cos ψ) into ``k``,
     Θ̃ = Θ (π − ψ)/(2π) into ``theta`` — into ``spare`` (or a new tensor) if ``theta`` is ``k``
     — with cos ψ = K/√(v v')."""
-    factors = [_inverse_sqrt(v1), _inverse_sqrt(v2), v1.sqrt() / (2 * math.pi), v2.sqrt()]
+    factors = [inverse_sqrt(v1), inverse_sqrt(v2), v1.sqrt() / (2 * math.pi), v2.sqrt()]
     if theta is None:
         for_each_slab(_relu_slab_without_ntk, [k, *factors], leading_dims(k.shape), scratch=3)
         return k, None

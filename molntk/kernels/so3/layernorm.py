@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
 
+from molntk.kernels.activations import inverse_sqrt
 from molntk.kernels.result import PooledKernel
 from molntk.kernels.so3.context import Discretisation
 from molntk.kernels.so3.state import GroupKernel, apply_rule
@@ -39,9 +39,7 @@ class LayerNorm:
         """K' = K / √(var1 var2), Θ' = Θ / √(var1 var2) (elementwise, any shape); 0 where a
         variance is 0 (a signal that is 0 everywhere, e.g. an atom without neighbours under
         σ_b = 0, stays 0, as the power spectrum's p̂ does)."""
-        product = var1 * var2
-        positive = product > 0
-        scale = torch.where(positive, torch.rsqrt(torch.where(positive, product, 1.0)), 0.0)
+        scale = inverse_sqrt(var1 * var2)
         return nngp * scale, None if ntk is None else ntk * scale
 
     def kernel(self, state: GroupKernel | PooledKernel, ctx: Discretisation, *, ntk: bool) -> GroupKernel | PooledKernel:
@@ -58,6 +56,4 @@ class LayerNormModule(nn.Module):
     (a zero vector stays zero)."""
 
     def forward(self, y: Tensor) -> Tensor:
-        mean_square = y.square().mean(dim=1, keepdim=True)
-        positive = mean_square > 0
-        return y * torch.where(positive, torch.rsqrt(torch.where(positive, mean_square, 1.0)), 0.0)
+        return y * inverse_sqrt(y.square().mean(dim=1, keepdim=True))

@@ -36,6 +36,12 @@ def recording(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+def inverse_sqrt(v: Tensor) -> Tensor:
+    """v^{-1/2}, and 0 where v = 0 (a zero-variance input, whose covariances are 0 too); its
+    gradient is finite everywhere."""
+    return torch.where(v > 0, v, torch.ones_like(v)).rsqrt() * (v > 0)
+
+
 def _relu_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
     """Arc-cosine kernel of degree 1 (Cho & Saul 2009), θ = arccos(k12 / √(k11 k22)):
 
@@ -47,11 +53,12 @@ def _relu_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
     two of them allocating.
     """
     prod = k11 * k22  # broadcast shape of the variances, usually small
-    # a zero-variance input has k12 = 0: cos = 0, θ = π/2, F = 0, Ḟ = 1/4 (the limit)
-    inv_norm = torch.where(prod > 0, torch.rsqrt(prod), torch.zeros_like(prod))
+    # a zero-variance input has k12 = 0: cos = 0, θ = π/2, F = 0, Ḟ = 1/4 (the limit); √prod
+    # is prod · prod^{-1/2} so that its gradient there is 0, not ∞ · 0 = NaN for every pair
+    inv_norm = inverse_sqrt(prod)
     cos = torch.mul(k12, inv_norm).clamp_(-1.0, 1.0)
     sin = torch.addcmul(cos.new_ones(()), cos, cos, value=-1.0).sqrt_()  # 1 − cos² ≥ 0 as |cos| ≤ 1
-    scale = torch.sqrt(prod) * (1 / (2 * math.pi))
+    scale = prod * inv_norm * (1 / (2 * math.pi))
     if recording(k12, k11, k22):  # cos and sin are saved for the gradient: fresh tensors
         fdot = torch.acos(cos).mul_(-1 / (2 * math.pi)).add_(0.5)
         return (sin * scale).addcmul_(k12, fdot), fdot
@@ -113,12 +120,6 @@ ACTIVATIONS: dict[str, DualActivation] = {
     "exp": DualActivation("exp", torch.exp, _exp_dual),
     "identity": DualActivation("identity", lambda x: x, _identity_dual),
 }
-
-
-def inverse_sqrt(v: Tensor) -> Tensor:
-    """v^{-1/2}, and 0 where v = 0 (a zero-variance input, whose covariances are 0 too); its
-    gradient is finite everywhere."""
-    return torch.where(v > 0, v, torch.ones_like(v)).rsqrt() * (v > 0)
 
 
 def check_gaussian_inputs(layers: Sequence[object], weight_layers: tuple[type, ...], nonlinearity: type) -> None:

@@ -10,7 +10,9 @@ Kernel (exact at every pair of points, no quadrature):
 
     K(g, g') = σ_w²/C · Σ_{l<L} ⟨M^l, D^l(g g'⁻¹)⟩ + σ_b²,   M^l_{mm'} = Σ_c f̂^l_{c,m} f̂'^l_{c,m'},
 
-a function of u = g g'⁻¹ only; Θ = K (the layer's own parameters only).
+a function of u = g g'⁻¹ only; Θ = K (the layer's own parameters only). Its Haar mean and
+the Haar mean of its square are closed forms in the moments (Schur orthogonality of the real
+D^l, :meth:`Lift.haar_mean_square`), which a quadratic nonlinearity followed by Pool needs.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from torch import Tensor, nn
 
 from molntk.kernels.so3.context import Discretisation
 from molntk.kernels.so3.state import GroupKernel, InputPair
-from molntk.kernels.so3.wigner import coeff_slices
+from molntk.kernels.so3.wigner import coeff_slices, degree_weights
 
 
 def lift_moments(a: Tensor, b: Tensor, band_limit: int) -> Tensor:
@@ -93,6 +95,19 @@ class Lift:
             out[:, :, s].copy_(part.view(-1, n1, width, x2.shape[1]))
             start += width * width
         return out
+
+    def haar_mean_square(self, moments: Tensor, channels: int) -> Tensor:
+        """∫ K(u)² du over the normalised Haar measure, exactly, for rows of flattened moments
+        (..., L3) of inputs with C = ``channels`` channels. With a = σ_w²/C, b = σ_b² and
+        ∫ D^l_{mn}(u) D^{l'}_{m'n'}(u) du = δ_{ll'} δ_{mm'} δ_{nn'} / (2l+1), ∫ D^l(u) du = δ_{l0}:
+
+            ∫ K(u)² du = a² Σ_{l<L} ‖M^l‖²_F / (2l+1) + 2ab M^0 + b².
+
+        ‖M^l‖²_F = Σ_{cc'} (f̂^l_c · f̂^l_{c'}) (f̂'^l_c · f̂'^l_{c'}) is the power spectrum's inner
+        product, so no quadrature is involved (and no grid error)."""
+        a, b = self.sigma_w**2 / channels, self.sigma_b**2
+        inverse_degree = degree_weights(self.band_limit, dtype=moments.dtype, device=moments.device).reciprocal_()
+        return (moments * moments) @ (inverse_degree * a * a) + (2 * a * b) * moments[..., 0] + b * b
 
     def self_kernel(self, x: Tensor, ctx: Discretisation) -> Tensor:
         """ψ^{ff}(u) of every input: (n, K+1)."""

@@ -20,6 +20,11 @@ Evaluation: the nonlinearities need only the variances ψ^{ff}(e) of each input,
 ``kernel`` first runs the recursion on each input with itself (:meth:`SO3Network.self_kernels`,
 O(n) work, reusable across calls) and then the cross recursion on tiles of pairs
 (:meth:`SO3Network.cross_kernel`), each layer's rule applied to whole tiles.
+
+A network that starts ``Lift → quadratic → Pool`` on a grid that integrates the lift kernel's
+square exactly has that first step in closed form (:meth:`SO3Network.pools_in_closed_form`):
+the Haar mean of the square from the moments (:meth:`Lift.haar_mean_square`), the same
+kernel to rounding without the group values.
 """
 
 from __future__ import annotations
@@ -37,10 +42,11 @@ from molntk.kernels.so3.conv import GroupConv
 from molntk.kernels.so3.dense import Dense
 from molntk.kernels.so3.grids import SO3Grid
 from molntk.kernels.so3.layernorm import LayerNorm
-from molntk.kernels.so3.lift import Lift
+from molntk.kernels.so3.lift import Lift, lift_moments, self_lift_moments
 from molntk.kernels.so3.nonlinearity import Nonlinearity
 from molntk.kernels.so3.pool import Pool
 from molntk.kernels.so3.state import Rule, pair_variances, self_variances, variance
+from molntk.kernels.so3.wigner import n_wigner
 
 Layer = Lift | GroupConv | Dense | Nonlinearity | LayerNorm | Pool
 
@@ -62,6 +68,15 @@ def tile_elements(device: torch.device | str) -> int:
     """Group values per tile on ``device``: :data:`TILE_ELEMENTS_CUDA` on CUDA, else
     :data:`TILE_ELEMENTS`."""
     return TILE_ELEMENTS_CUDA if torch.device(device).type == "cuda" else TILE_ELEMENTS
+
+
+def pooled_quadratic(mean_square: Tensor, var1: Tensor, var2: Tensor, ntk: bool) -> tuple[Tensor, Tensor | None]:
+    """Lift → σ(z) = z² → Pool from the lift kernel's Haar mean square ∫ K(u)² du: the
+    quadratic dual F = k11 k22 + 2 K² and Θ Ḟ = K · 4K (Θ = K after the lift) are affine in
+    K², so their Haar means are
+
+        mean F = ψ^{ff}(e) ψ^{f'f'}(e) + 2 ∫ K²,    mean Θ Ḟ = 4 ∫ K²."""
+    return var1 * var2 + 2 * mean_square, 4 * mean_square if ntk else None
 
 
 def _even(n: int, at_most: int) -> int:
@@ -117,6 +132,24 @@ class SO3Network:
     def discretisation(self, grid: SO3Grid, mode: str, dtype=torch.float64, device="cpu") -> Discretisation:
         return Discretisation(grid=grid, band_limit=self.band_limit, mode=mode, dtype=dtype, device=device)
 
+    def pools_in_closed_form(self, ctx: Discretisation) -> bool:
+        """Whether the first step (Lift → quadratic → Pool) is evaluated in closed form
+        (:func:`pooled_quadratic`): when ``ctx``'s grid integrates Wigner degree 2(L−1)
+        exactly (:attr:`SO3Grid.exact_degree`), both measures integrate K(u)² exactly
+        (the pair measure's inner sum Σ_b q_b K(g_a g_b⁻¹)² is the grid's quadrature of a
+        function of that degree), so the closed form is the same kernel without the group
+        values. On coarser grids the quadrature is the kernel asked for, and is kept."""
+        head = self.layers[1:3]
+        return (
+            len(head) == 2 and isinstance(head[0], Nonlinearity) and head[0].name == "quadratic"
+            and isinstance(head[1], Pool) and ctx.grid.exact_degree >= 2 * (self.layers[0].band_limit - 1)
+        )
+
+    def values_per_pair(self, ctx: Discretisation) -> int:
+        """Values of the widest temporary per input pair: the moments (L3) in closed form,
+        else the group values on the measure's support (K + 1). Sets the tile sizes."""
+        return n_wigner(self.layers[0].band_limit) if self.pools_in_closed_form(ctx) else ctx.support_size
+
     def steps(self, ctx: Discretisation) -> list[tuple[Rule, bool]]:
         """(kernel rule, pools) of every layer after Lift. A layer directly before Pool becomes
         one step with it: a GroupConv without the synthesis (when ``ctx``'s measure allows it),
@@ -141,10 +174,14 @@ class SO3Network:
         of at most :func:`tile_elements` group values."""
         x = x.to(dtype=ctx.dtype, device=ctx.device)
         steps, lift = self.steps(ctx), self.layers[0]
-        chunks = []
-        for part in x.split(max(1, tile_elements(ctx.device) // ctx.support_size)):
+        closed_form, chunks = self.pools_in_closed_form(ctx), []
+        for part in x.split(max(1, tile_elements(ctx.device) // self.values_per_pair(ctx))):
             psi, on_group, trace = lift.self_kernel(part, ctx), True, []
-            for rule, pools in steps:
+            if closed_form:
+                trace.append(variance(psi, on_group))
+                mean_square = lift.haar_mean_square(self_lift_moments(part, lift.band_limit), part.shape[1])
+                psi, on_group = pooled_quadratic(mean_square, trace[0], trace[0], ntk=False)[0], False
+            for rule, pools in steps[closed_form:]:
                 trace.append(variance(psi, on_group))
                 psi = rule(psi, None, *self_variances(trace[-1], on_group), ctx)[0]
                 on_group = on_group and not pools
@@ -176,7 +213,7 @@ class SO3Network:
         theta = torch.empty_like(nngp) if ntk else None
         steps = self.steps(ctx)
         mirror = symmetric and ctx.symmetric
-        height, width = tile_shape(n1, n2, max(1, tile_elements(ctx.device) // ctx.support_size), square=mirror)
+        height, width = tile_shape(n1, n2, max(1, tile_elements(ctx.device) // self.values_per_pair(ctx)), square=mirror)
         for i in range(0, n1, height):
             rows = slice(i, i + height)
             for j in range(i if mirror else 0, n2, width):
@@ -202,8 +239,14 @@ class SO3Network:
         ntk: bool,
     ) -> tuple[Tensor, Tensor | None]:
         """Cross kernels of one tile through all layers (variances from the self-kernels)."""
-        nngp = self.layers[0].cross(x1, x2, ctx)
-        theta, on_group = (nngp if ntk else None), True
+        lift = self.layers[0]
+        if self.pools_in_closed_form(ctx):
+            mean_square = lift.haar_mean_square(lift_moments(x1, x2, lift.band_limit), x1.shape[1])
+            nngp, theta = pooled_quadratic(mean_square, *pair_variances(var1[0], var2[0], False), ntk)
+            steps, var1, var2, on_group = steps[1:], var1[1:], var2[1:], False
+        else:
+            nngp = lift.cross(x1, x2, ctx)
+            theta, on_group = (nngp if ntk else None), True
         for (rule, pools), v1, v2 in zip(steps, var1, var2):
             nngp, theta = rule(nngp, theta, *pair_variances(v1, v2, on_group), ctx)
             on_group = on_group and not pools

@@ -241,6 +241,26 @@ def test_layer_norm_of_a_zero_signal_is_zero():
     assert torch.isfinite(out).all() and float(out[1]) == 0.0
 
 
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_relu_gradients_of_a_zero_signals_partners_are_those_without_it(mode):
+    """Without biases the ReLU kernel of an all-zero input (an atom without neighbours) with
+    anything is 0 for every value of its partner, so the partners' gradients are those of
+    the kernel without it. The arc-cosine formula's √(k11 k22) and 1/√(k11 k22) at k11 = 0
+    once gave ∞ · 0 = NaN for every partner (forces of all same-element atoms)."""
+    net = serial(Lift(3, 1.2, 0.0), Nonlinearity("relu"), Pool(), Dense(1.0, 0.0))
+    ctx = net.discretisation(SO3Grid(3), mode)
+    x = random_coefficients(3, 3, 3, seed=4)
+    x[1] = 0.0
+
+    def partner_gradient(left: torch.Tensor) -> torch.Tensor:
+        y = random_coefficients(4, 3, 3, seed=5).requires_grad_(True)
+        return torch.autograd.grad(net.kernel(left, y, ctx=ctx).ntk.sum(), y)[0]
+
+    with_zero, without = partner_gradient(x), partner_gradient(x[[0, 2]])
+    assert torch.isfinite(with_zero).all() and float(without.abs().max()) > 0.1
+    torch.testing.assert_close(with_zero, without, rtol=1e-14, atol=0)
+
+
 def test_nonlinearity_without_a_weight_layer_before_it_is_rejected():
     """σ of a pooled (or σ'-activated) signal is not a Gaussian pre-activation, so the dual
     activation is not its kernel: measured, the empirical NTK of ``lift erf pool quadratic

@@ -76,23 +76,39 @@ def main() -> None:
     parser.add_argument("--heads", nargs="*", default=list(HEADS), help="SO(3) NTK architectures (default: all of HEADS)")
     parser.add_argument("--sigma-w", type=float, default=2.853, help="σ_w of every weight layer (default 2.853)")
     parser.add_argument("--sigma-b", type=float, default=1.0, help="σ_b of every weight layer (default 1)")
+    parser.add_argument("--smearing-width", type=float, default=None,
+                        help="the smearing width of every kernel's maps (default: the config's features.smearing_width)")
+    parser.add_argument("--r-cut", type=float, default=RADIAL["r_cut"], help=f"radial cutoff in Å (default {RADIAL['r_cut']})")
+    parser.add_argument("--n-radial", type=int, default=RADIAL["n"], help=f"radial functions (default {RADIAL['n']})")
+    parser.add_argument("--radial-scaling", type=float, nargs=2, default=None, metavar=("R0", "P"),
+                        help="radial scaling u(r) = 1/(1 + (r/r₀)^p) of the neighbour density (default: none)")
     parser.add_argument("--power-spectrum", action=argparse.BooleanOptionalAction, default=True,
                         help="also the power spectrum ζ = 1, 2 (default: yes)")
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     config = TASKS.load(args.config, [f"learning_curve.n_select={args.n}"])
+    radial = {**RADIAL, "r_cut": args.r_cut, "n": args.n_radial}
+    if args.radial_scaling is not None:
+        radial.update(scaling_r0=args.radial_scaling[0], scaling_power=args.radial_scaling[1])
     template = config.models.so3_ntk.candidates[0]
-    candidates = [type(template)(layers=layers, sigma_w=args.sigma_w, sigma_b=args.sigma_b, radial=RADIAL, element_width=ELEMENT_WIDTH)
-                  for layers in args.heads]
-    maps = dataclasses.replace(config.features.feature_config(), radial=radial_basis_from_dict(RADIAL),
+    candidates = [type(template)(layers=layers, sigma_w=args.sigma_w, sigma_b=args.sigma_b, radial=radial, element_width=ELEMENT_WIDTH,
+                                 smearing_width=args.smearing_width) for layers in args.heads]
+    maps = dataclasses.replace(config.features.feature_config(), radial=radial_basis_from_dict(radial),
                                element_width=ELEMENT_WIDTH)
+    if args.smearing_width is not None:  # the power spectrum on the same maps
+        maps = dataclasses.replace(maps, smearing_width=args.smearing_width)
     so3 = config.models.so3_ntk.model_copy(update={"candidates": candidates})
     config = config.model_copy(update={"models": config.models.model_copy(update={"so3_ntk": so3})})
     records = []
     with torch_threads(config.kernel.threads):
         target, y, molecules, built = selection_problem(config)
-        jobs = [(f"power spectrum ζ={z}, element width 2.18",
+        maps_label = "" if args.smearing_width is None else f", smearing {args.smearing_width:g} rad"
+        if radial != RADIAL:
+            maps_label += f", radial n={args.n_radial} r_cut={args.r_cut:g}"
+            if args.radial_scaling is not None:
+                maps_label += f" scaling r0={args.radial_scaling[0]:g} p={args.radial_scaling[1]:g}"
+        jobs = [(f"power spectrum ζ={z}, element width 2.18{maps_label}",
                  lambda z=z: PowerSpectrumKernel(maps, z, pairing=config.kernel.pairing, reduce="sum")(molecules)["kernel"])
                 for z in ((1, 2) if args.power_spectrum else ())]
         jobs += [(c.label, lambda c=c: c.kernel(molecules)[c.matrix]) for c in built]

@@ -87,6 +87,13 @@ def _quadratic_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tens
     return k11 * k22 + 2 * k12 * k12, 4 * k12
 
 
+def _hermite2_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
+    """σ(x) = x² − 1, the probabilists' Hermite polynomial He₂: F = (k11 − 1)(k22 − 1) + 2 k12²,
+    Ḟ = 4 k12. On unit variances (after a layer norm) F = 2 k12², the square without the
+    quadratic's constant k11 k22, so its Haar mean is the normalised power spectrum alone."""
+    return (k11 - 1) * (k22 - 1) + 2 * k12 * k12, 4 * k12
+
+
 def _exp_dual(k12: Tensor, k11: Tensor, k22: Tensor) -> tuple[Tensor, Tensor]:
     """σ(x) = eˣ (log-normal moments): F = E[e^{u+v}] = exp((k11 + k22)/2 + k12), Ḟ = F (σ' = σ).
 
@@ -117,6 +124,7 @@ ACTIVATIONS: dict[str, DualActivation] = {
     "relu": DualActivation("relu", torch.relu, _relu_dual),
     "erf": DualActivation("erf", torch.erf, _erf_dual),
     "quadratic": DualActivation("quadratic", torch.square, _quadratic_dual),
+    "hermite2": DualActivation("hermite2", lambda x: torch.square(x) - 1, _hermite2_dual),
     "exp": DualActivation("exp", torch.exp, _exp_dual),
     "identity": DualActivation("identity", lambda x: x, _identity_dual),
 }
@@ -147,7 +155,7 @@ def check_gaussian_inputs(layers: Sequence[object], weight_layers: tuple[type, .
 
 
 def get_activation(name: str) -> DualActivation:
-    """Look up an activation by name (``relu``, ``erf``, ``quadratic``, ``exp``, ``identity``)."""
+    """Look up an activation by name (``relu``, ``erf``, ``quadratic``, ``hermite2``, ``exp``, ``identity``)."""
     try:
         return ACTIVATIONS[name]
     except KeyError:

@@ -45,10 +45,11 @@ NUMPY = {
     "relu": (lambda x: np.maximum(x, 0), lambda x: (x > 0).astype(float)),
     "erf": (lambda x: np.vectorize(math.erf)(x), lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x)),
     "quadratic": (lambda x: x * x, lambda x: 2 * x),
+    "hermite2": (lambda x: x * x - 1, lambda x: 2 * x),
     "exp": (np.exp, np.exp),
     "identity": (lambda x: x, lambda x: np.ones_like(x)),
 }
-TOL = {"relu": (1e-8, 1e-8), "erf": (1e-9, 1e-9), "quadratic": (1e-9, 1e-9), "exp": (1e-9, 1e-9), "identity": (1e-9, 1e-9)}
+TOL = {"relu": (1e-8, 1e-8), "erf": (1e-9, 1e-9), "quadratic": (1e-9, 1e-9), "hermite2": (1e-9, 1e-9), "exp": (1e-9, 1e-9), "identity": (1e-9, 1e-9)}
 COVS = [(1.0, 0.3, 2.0), (0.5, -0.4, 0.7), (2.0, 1.9, 2.0), (0.1, 0.0, 3.0), (1.3, -1.2, 1.2)]
 
 

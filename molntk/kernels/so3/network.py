@@ -21,10 +21,10 @@ Evaluation: the nonlinearities need only the variances ψ^{ff}(e) of each input,
 O(n) work, reusable across calls) and then the cross recursion on tiles of pairs
 (:meth:`SO3Network.cross_kernel`), each layer's rule applied to whole tiles.
 
-A network that starts ``Lift → quadratic → Pool`` on a grid that integrates the lift kernel's
-square exactly has that first step in closed form (:meth:`SO3Network.pools_in_closed_form`):
-the Haar mean of the square from the moments (:meth:`Lift.haar_mean_square`), the same
-kernel to rounding without the group values.
+A network that starts ``Lift → [LayerNorm →] σ → Pool`` with σ(x) = x² + c (:data:`SQUARES`)
+on a grid that integrates the lift kernel's square exactly has those steps in closed form
+(:meth:`SO3Network.pools_in_closed_form`): the Haar mean of the square from the moments
+(:meth:`Lift.haar_mean_square`), the same kernel to rounding without the group values.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from molntk.kernels.activations import check_gaussian_inputs
+from molntk.kernels.activations import check_gaussian_inputs, get_activation, inverse_sqrt
 from molntk.kernels.result import PooledKernel
 from molntk.kernels.so3.context import Discretisation
 from molntk.kernels.so3.conv import GroupConv
@@ -70,13 +70,18 @@ def tile_elements(device: torch.device | str) -> int:
     return TILE_ELEMENTS_CUDA if torch.device(device).type == "cuda" else TILE_ELEMENTS
 
 
-def pooled_quadratic(mean_square: Tensor, var1: Tensor, var2: Tensor, ntk: bool) -> tuple[Tensor, Tensor | None]:
-    """Lift → σ(z) = z² → Pool from the lift kernel's Haar mean square ∫ K(u)² du: the
-    quadratic dual F = k11 k22 + 2 K² and Θ Ḟ = K · 4K (Θ = K after the lift) are affine in
-    K², so their Haar means are
+#: Activations σ(x) = x² + c, whose duals are F = F(0; k11, k22) + 2 k12² and Ḟ = 4 k12.
+SQUARES = ("quadratic", "hermite2")
 
-        mean F = ψ^{ff}(e) ψ^{f'f'}(e) + 2 ∫ K²,    mean Θ Ḟ = 4 ∫ K²."""
-    return var1 * var2 + 2 * mean_square, 4 * mean_square if ntk else None
+
+def pooled_square(activation: str, mean_square: Tensor, var1: Tensor, var2: Tensor, ntk: bool) -> tuple[Tensor, Tensor | None]:
+    """σ ∈ :data:`SQUARES` followed by Pool, from the Haar mean square ∫ K(u)² du of the kernel
+    σ reads and the variances var1, var2 there. That kernel is the lift's (or its layer norm's),
+    so Θ = K, and F = F(0; k11, k22) + 2 K² and Θ Ḟ = K · 4K are affine in K²:
+
+        mean F = F(0; var1, var2) + 2 ∫ K²,    mean Θ Ḟ = 4 ∫ K²."""
+    constant = get_activation(activation).dual(mean_square.new_zeros(()), var1, var2)[0]
+    return constant + 2 * mean_square, 4 * mean_square if ntk else None
 
 
 def _even(n: int, at_most: int) -> int:
@@ -132,18 +137,31 @@ class SO3Network:
     def discretisation(self, grid: SO3Grid, mode: str, dtype=torch.float64, device="cpu") -> Discretisation:
         return Discretisation(grid=grid, band_limit=self.band_limit, mode=mode, dtype=dtype, device=device)
 
+    def square_head(self) -> int:
+        """Steps of :meth:`steps` that start the network as Lift → [LayerNorm →] σ → Pool with
+        σ ∈ :data:`SQUARES` (2 with the norm, 1 without; 0 when it starts otherwise)."""
+        layers = self.layers[1:]
+        normed = int(bool(layers) and isinstance(layers[0], LayerNorm))
+        head = layers[normed : normed + 2]
+        squares = len(head) == 2 and isinstance(head[0], Nonlinearity) and head[0].name in SQUARES and isinstance(head[1], Pool)
+        return 1 + normed if squares else 0
+
     def pools_in_closed_form(self, ctx: Discretisation) -> bool:
-        """Whether the first step (Lift → quadratic → Pool) is evaluated in closed form
-        (:func:`pooled_quadratic`): when ``ctx``'s grid integrates Wigner degree 2(L−1)
-        exactly (:attr:`SO3Grid.exact_degree`), both measures integrate K(u)² exactly
-        (the pair measure's inner sum Σ_b q_b K(g_a g_b⁻¹)² is the grid's quadrature of a
-        function of that degree), so the closed form is the same kernel without the group
-        values. On coarser grids the quadrature is the kernel asked for, and is kept."""
-        head = self.layers[1:3]
-        return (
-            len(head) == 2 and isinstance(head[0], Nonlinearity) and head[0].name == "quadratic"
-            and isinstance(head[1], Pool) and ctx.grid.exact_degree >= 2 * (self.layers[0].band_limit - 1)
-        )
+        """Whether the :meth:`square_head` steps are evaluated in closed form
+        (:meth:`Lift.haar_mean_square`, :func:`pooled_square`): when ``ctx``'s grid integrates
+        Wigner degree 2(L−1) exactly (:attr:`SO3Grid.exact_degree`), both measures integrate
+        K(u)² exactly (the pair measure's inner sum Σ_b q_b K(g_a g_b⁻¹)² is the grid's
+        quadrature of a function of that degree), so the closed form is the same kernel
+        without the group values. On coarser grids the quadrature is the kernel asked for, and
+        is kept."""
+        return self.square_head() > 0 and ctx.grid.exact_degree >= 2 * (self.layers[0].band_limit - 1)
+
+    def _pooled_square(self, mean_square: Tensor, var: list[Tensor], var_other: list[Tensor], ntk: bool) -> tuple[Tensor, Tensor | None]:
+        """The closed-form steps from the lift's ∫ K(u)² du and the traces' variances of both
+        sides (broadcast against it): a layer norm divides K by √(v v'), hence K² by v v'."""
+        if self.square_head() == 2:
+            mean_square = mean_square * inverse_sqrt(var[0]) ** 2 * inverse_sqrt(var_other[0]) ** 2
+        return pooled_square(self.layers[self.square_head()].name, mean_square, var[-1], var_other[-1], ntk)
 
     def values_per_pair(self, ctx: Discretisation) -> int:
         """Values of the widest temporary per input pair: the moments (L3) in closed form,
@@ -174,14 +192,16 @@ class SO3Network:
         of at most :func:`tile_elements` group values."""
         x = x.to(dtype=ctx.dtype, device=ctx.device)
         steps, lift = self.steps(ctx), self.layers[0]
-        closed_form, chunks = self.pools_in_closed_form(ctx), []
+        skipped, chunks = self.square_head() if self.pools_in_closed_form(ctx) else 0, []
         for part in x.split(max(1, tile_elements(ctx.device) // self.values_per_pair(ctx))):
             psi, on_group, trace = lift.self_kernel(part, ctx), True, []
-            if closed_form:
+            if skipped:
                 trace.append(variance(psi, on_group))
+                if skipped == 2:  # the layer norm's output variance (1, or 0 for a zero signal)
+                    trace.append(steps[0][0](trace[0], None, trace[0], trace[0], ctx)[0])
                 mean_square = lift.haar_mean_square(self_lift_moments(part, lift.band_limit), part.shape[1])
-                psi, on_group = pooled_quadratic(mean_square, trace[0], trace[0], ntk=False)[0], False
-            for rule, pools in steps[closed_form:]:
+                psi, on_group = self._pooled_square(mean_square, trace, trace, ntk=False)[0], False
+            for rule, pools in steps[skipped:]:
                 trace.append(variance(psi, on_group))
                 psi = rule(psi, None, *self_variances(trace[-1], on_group), ctx)[0]
                 on_group = on_group and not pools
@@ -241,9 +261,11 @@ class SO3Network:
         """Cross kernels of one tile through all layers (variances from the self-kernels)."""
         lift = self.layers[0]
         if self.pools_in_closed_form(ctx):
+            skipped = self.square_head()
             mean_square = lift.haar_mean_square(lift_moments(x1, x2, lift.band_limit), x1.shape[1])
-            nngp, theta = pooled_quadratic(mean_square, *pair_variances(var1[0], var2[0], False), ntk)
-            steps, var1, var2, on_group = steps[1:], var1[1:], var2[1:], False
+            left, right = zip(*(pair_variances(v1, v2, False) for v1, v2 in zip(var1[:skipped], var2[:skipped])))
+            nngp, theta = self._pooled_square(mean_square, list(left), list(right), ntk)
+            steps, var1, var2, on_group = steps[skipped:], var1[skipped:], var2[skipped:], False
         else:
             nngp = lift.cross(x1, x2, ctx)
             theta, on_group = (nngp if ntk else None), True

@@ -29,6 +29,10 @@ NETWORKS = {
     "quadratic lift": serial(Lift(3, 1.3, 0.4), Nonlinearity("quadratic"), Pool(), Dense(1.1, 0.2)),
     "layer-normed quadratic head": serial(Lift(3, 1.3, 0.0), Nonlinearity("quadratic"), Pool(), LayerNorm(), Dense(1.0, 0.0),
                                           Nonlinearity("quadratic"), Dense(1.0, 0.0)),
+    "layer norm before the square": serial(Lift(3, 1.3, 0.4), LayerNorm(), Nonlinearity("quadratic"), Pool(), Dense(1.1, 0.2)),
+    "normalised power spectrum head": serial(Lift(3, 1.3, 0.0), LayerNorm(), Nonlinearity("hermite2"), Pool(), LayerNorm(),
+                                             Dense(1.0, 0.0), Nonlinearity("quadratic"), Dense(1.0, 0.0)),
+    "hermite square without the norm": serial(Lift(3, 0.9, 0.5), Nonlinearity("hermite2"), Pool(), Dense(1.0, 0.3)),
     "deeper head with bias": serial(Lift(4, 0.9, 0.7), Nonlinearity("quadratic"), Pool(), Dense(1.2, 0.3), Nonlinearity("erf"),
                                     Dense(1.0, 0.1)),
 }

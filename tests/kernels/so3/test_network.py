@@ -132,6 +132,23 @@ def test_exact_mode_of_exp_network_equals_literal_node_pair_kernel(sampling):
     assert torch.allclose(got.ntk, ntk, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("grid_band", [2, 3])
+def test_exact_mode_of_normed_hermite_network_equals_literal_node_pair_kernel(grid_band):
+    """x² − 1 after a layer norm on the lift, pooled, then a layer-normed quadratic head: on
+    the grid of band limit 2 by the quadrature, on 3 (exact to degree 5 ≥ 2(L − 1)) by the
+    closed form of SO3Network.pools_in_closed_form; both = the literal node-pair kernel."""
+    net = serial(Lift(3, 1.2, 0.3), LayerNorm(), Nonlinearity("hermite2"), Pool(), LayerNorm(), Dense(1.3, 0.2),
+                 Nonlinearity("quadratic"), Dense(1.0, 0.1))
+    x = random_coefficients(3, 2, 3, seed=1)
+    grid = SO3Grid(grid_band)
+    ctx = net.discretisation(grid, "exact")
+    assert net.pools_in_closed_form(ctx) == (grid_band == 3)
+    got = net.kernel(x, ctx=ctx)
+    nngp, ntk = literal_node_pair_kernel(net.layers, x, grid)
+    assert torch.allclose(got.nngp, nngp, rtol=1e-12, atol=1e-13)
+    assert torch.allclose(got.ntk, ntk, rtol=1e-12, atol=1e-13)
+
+
 def test_lift_monte_carlo_covariance_equals_analytic_kernel():
     """(a) Cov over random finite lifting layers of z(g_a) for x_i, x_j = analytic K(g_a g_b⁻¹).
 

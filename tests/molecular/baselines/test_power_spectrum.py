@@ -11,7 +11,8 @@ import torch
 
 from molntk.data.molecule import Molecule
 from molntk.features.environments import environment_features
-from molntk.kernels.so3 import Dense, Lift, Nonlinearity, Pool, SO3Grid, serial
+from molntk.kernels.so3 import Dense, LayerNorm, Lift, Nonlinearity, Pool, SO3Grid, serial
+from molntk.kernels.so3.network import SO3Network
 from molntk.molecular import BlockKernelOf
 from molntk.molecular.baselines import PowerSpectrumKernel, power_spectrum
 from molntk.molecular.baselines.power_spectrum import _CHUNK
@@ -86,6 +87,24 @@ def test_power_spectrum_is_the_haar_mean_of_the_squared_lift_kernel(envs):
     sq = (envs * envs).sum((1, 2))
     expected = (sq[:, None] * sq[None, :] + 2 * p @ p.T) / envs.shape[1] ** 2
     assert torch.allclose(pooled, expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("closed_form", [True, False])
+def test_normalised_power_spectrum_is_the_layer_normed_hermite_square(envs, closed_form, monkeypatch):
+    """With a layer norm on the group, σ(x) = x² − 1 and a layer norm after the pool (no
+    biases), the pooled kernel is 2 ∫ K(u)² du / (v v′) normalised: the correlation
+    p̂·p̂′ of the power spectra, i.e. the ζ = 1 power-spectrum kernel (σ_w² times it after
+    the dense layer), on the closed-form route and on the grid's quadrature; a unit-variance
+    dense layer and σ again square it into 2 (p̂·p̂′)², the ζ = 2 kernel."""
+    normed = (Lift(CONFIG.band_limit, 1.3, 0.0), LayerNorm(), Nonlinearity("hermite2"), Pool(), LayerNorm())
+    zeta1, zeta2 = serial(*normed, Dense(1.7, 0.0)), serial(*normed, Dense(1.0, 0.0), Nonlinearity("hermite2"), Dense(1.7, 0.0))
+    ctx = zeta1.discretisation(SO3Grid(CONFIG.band_limit), "fast")
+    if not closed_form:
+        monkeypatch.setattr(SO3Network, "pools_in_closed_form", lambda self, ctx: False)
+    p = power_spectrum(envs)
+    p = p / p.norm(dim=1, keepdim=True)
+    assert torch.allclose(zeta1.kernel(envs, ctx=ctx).nngp, 1.7**2 * p @ p.T, rtol=1e-12, atol=1e-14)
+    assert torch.allclose(zeta2.kernel(envs, ctx=ctx).nngp, 1.7**2 * 2 * (p @ p.T) ** 2, rtol=1e-12, atol=1e-14)
 
 
 def test_single_atom_environment_has_zero_power_spectrum():

@@ -71,7 +71,7 @@ def relu_maps(
 
 @dataclass(frozen=True)
 class Nonlinearity:
-    """Pointwise nonlinearity by name: ``relu``, ``erf``, ``quadratic``, ``identity``."""
+    """Pointwise nonlinearity by name (any of :data:`~molntk.kernels.activations.ACTIVATIONS`: ``relu``, ``erf``, ``quadratic``, …)."""
 
     name: str = "relu"
 

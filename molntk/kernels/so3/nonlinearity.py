@@ -26,7 +26,7 @@ from molntk.kernels.so3.state import GroupKernel, apply_rule
 
 @dataclass(frozen=True)
 class Nonlinearity:
-    """Pointwise σ (``relu``, ``erf``, ``quadratic``, ``exp``, ``identity``)."""
+    """Pointwise σ (``relu``, ``erf``, ``quadratic``, ``hermite2``, ``exp``, ``identity``)."""
 
     name: str
 

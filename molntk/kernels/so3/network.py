@@ -74,16 +74,6 @@ def tile_elements(device: torch.device | str) -> int:
 SQUARES = ("quadratic", "hermite2")
 
 
-def pooled_square(activation: str, mean_square: Tensor, var1: Tensor, var2: Tensor, ntk: bool) -> tuple[Tensor, Tensor | None]:
-    """σ ∈ :data:`SQUARES` followed by Pool, from the Haar mean square ∫ K(u)² du of the kernel
-    σ reads and the variances var1, var2 there. That kernel is the lift's (or its layer norm's),
-    so Θ = K, and F = F(0; k11, k22) + 2 K² and Θ Ḟ = K · 4K are affine in K²:
-
-        mean F = F(0; var1, var2) + 2 ∫ K²,    mean Θ Ḟ = 4 ∫ K²."""
-    constant = get_activation(activation).dual(mean_square.new_zeros(()), var1, var2)[0]
-    return constant + 2 * mean_square, 4 * mean_square if ntk else None
-
-
 def _even(n: int, at_most: int) -> int:
     """Part length that splits n into ⌈n / at_most⌉ parts of (nearly) equal length."""
     return -(-n // -(-n // at_most)) if n else 1
@@ -148,7 +138,7 @@ class SO3Network:
 
     def pools_in_closed_form(self, ctx: Discretisation) -> bool:
         """Whether the :meth:`square_head` steps are evaluated in closed form
-        (:meth:`Lift.haar_mean_square`, :func:`pooled_square`): when ``ctx``'s grid integrates
+        (:meth:`Lift.haar_mean_square`, :meth:`_pooled_square`): when ``ctx``'s grid integrates
         Wigner degree 2(L−1) exactly (:attr:`SO3Grid.exact_degree`), both measures integrate
         K(u)² exactly (the pair measure's inner sum Σ_b q_b K(g_a g_b⁻¹)² is the grid's
         quadrature of a function of that degree), so the closed form is the same kernel
@@ -156,12 +146,20 @@ class SO3Network:
         is kept."""
         return self.square_head() > 0 and ctx.grid.exact_degree >= 2 * (self.layers[0].band_limit - 1)
 
-    def _pooled_square(self, mean_square: Tensor, var: list[Tensor], var_other: list[Tensor], ntk: bool) -> tuple[Tensor, Tensor | None]:
-        """The closed-form steps from the lift's ∫ K(u)² du and the traces' variances of both
-        sides (broadcast against it): a layer norm divides K by √(v v'), hence K² by v v'."""
-        if self.square_head() == 2:
-            mean_square = mean_square * inverse_sqrt(var[0]) ** 2 * inverse_sqrt(var_other[0]) ** 2
-        return pooled_square(self.layers[self.square_head()].name, mean_square, var[-1], var_other[-1], ntk)
+    def _pooled_square(self, mean_square: Tensor, v1: Tensor, v2: Tensor, w1: Tensor, w2: Tensor,
+                       ntk: bool) -> tuple[Tensor, Tensor | None]:
+        """The :meth:`square_head` steps in closed form, from the lift's ∫ K(u)² du, its
+        variances v1, v2 and the variances w1, w2 that σ reads (v, or after the norm 1, and 0
+        for a zero signal), all broadcast against each other. The norm divides K by √(v1 v2),
+        hence K² by v1 v2; the kernel σ reads is then the lift's (or the norm's), so Θ = K, and
+        F = F(0; w1, w2) + 2K² and Θ Ḟ = K · 4K are affine in K²:
+
+            mean F = F(0; w1, w2) + 2 ∫ K²,    mean Θ Ḟ = 4 ∫ K²."""
+        head = self.square_head()
+        if head == 2:
+            mean_square = mean_square * inverse_sqrt(v1) ** 2 * inverse_sqrt(v2) ** 2
+        constant = get_activation(self.layers[head].name).dual(mean_square.new_zeros(()), w1, w2)[0]
+        return constant + 2 * mean_square, 4 * mean_square if ntk else None
 
     def values_per_pair(self, ctx: Discretisation) -> int:
         """Values of the widest temporary per input pair: the moments (L3) in closed form,
@@ -200,7 +198,7 @@ class SO3Network:
                 if skipped == 2:  # the layer norm's output variance (1, or 0 for a zero signal)
                     trace.append(steps[0][0](trace[0], None, trace[0], trace[0], ctx)[0])
                 mean_square = lift.haar_mean_square(self_lift_moments(part, lift.band_limit), part.shape[1])
-                psi, on_group = self._pooled_square(mean_square, trace, trace, ntk=False)[0], False
+                psi, on_group = self._pooled_square(mean_square, trace[0], trace[0], trace[-1], trace[-1], ntk=False)[0], False
             for rule, pools in steps[skipped:]:
                 trace.append(variance(psi, on_group))
                 psi = rule(psi, None, *self_variances(trace[-1], on_group), ctx)[0]
@@ -263,8 +261,8 @@ class SO3Network:
         if self.pools_in_closed_form(ctx):
             skipped = self.square_head()
             mean_square = lift.haar_mean_square(lift_moments(x1, x2, lift.band_limit), x1.shape[1])
-            left, right = zip(*(pair_variances(v1, v2, False) for v1, v2 in zip(var1[:skipped], var2[:skipped])))
-            nngp, theta = self._pooled_square(mean_square, list(left), list(right), ntk)
+            v, w = pair_variances(var1[0], var2[0], False), pair_variances(var1[skipped - 1], var2[skipped - 1], False)
+            nngp, theta = self._pooled_square(mean_square, *v, *w, ntk)
             steps, var1, var2, on_group = steps[skipped:], var1[skipped:], var2[skipped:], False
         else:
             nngp = lift.cross(x1, x2, ctx)

@@ -252,7 +252,7 @@ def check_exact_memory(rows: int, grid_search: bool, available: int | None = Non
                          "inducing=m for the sparse model (a few thousand inducing environments), or fewer configurations")
 
 
-def _reg(value: float | str, name: str) -> float | None:
+def _noise_level(value: float | str, name: str) -> float | None:
     """None for "cv", else a λ ≥ 0 (InputError naming ``name``)."""
     if isinstance(value, str):
         if value != "cv":
@@ -261,6 +261,16 @@ def _reg(value: float | str, name: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) or value < 0:
         raise InputError(name, f"must be 'cv' or a number ≥ 0, got {value!r}")
     return float(value)
+
+
+def noise_levels(reg_energy: float | str, reg_force: float | str) -> tuple[float | None, float | None]:
+    """(λ_E, λ_F) of an energy+force model's ``reg_energy`` and ``reg_force``: both None ("cv":
+    chosen together by grouped LOO) or both numbers ≥ 0 (InputError naming the bad one)."""
+    lam_e, lam_f = _noise_level(reg_energy, "reg_energy"), _noise_level(reg_force, "reg_force")
+    if (lam_e is None) != (lam_f is None):
+        raise InputError("reg_force" if lam_f is None else "reg_energy",
+                         "reg_energy and reg_force are chosen together: both 'cv' or both numbers")
+    return lam_e, lam_f
 
 
 @dataclass(eq=False, repr=False)
@@ -321,11 +331,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         if self.noise_search == "local" and self.inducing is not None:
             raise InputError("noise_search", "'local' is the exact model's search (inducing=None); the sparse model "
                              "searches its whole grid in closed form")
-        lam_e, lam_f = _reg(self.reg_energy, "reg_energy"), _reg(self.reg_force, "reg_force")
-        if (lam_e is None) != (lam_f is None):
-            raise InputError("reg_force" if lam_f is None else "reg_energy",
-                             "reg_energy and reg_force are chosen together: both 'cv' or both numbers")
-        return lam_e, lam_f
+        return noise_levels(self.reg_energy, self.reg_force)
 
     def _training_data(self, X: Any, energies: Any, forces: Any) -> tuple[list[Molecule], np.ndarray, np.ndarray]:
         """Molecules, energies (N,) and the flattened forces (3Σn,), validated."""

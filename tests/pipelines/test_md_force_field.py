@@ -129,22 +129,27 @@ def test_without_the_cache_nothing_is_stored_and_a_run_whose_every_fit_fails_say
 
 
 def test_fchl19_is_off_by_default_and_a_tiny_run_with_it_beats_zero_forces(tmp_path):
-    """FCHL19 (qmllib) only where the config names it; alone on 4 and 8 frames (one σ, the
-    default λ grid searched on a quarter of them), its forces on 6 test frames beat zero."""
-    assert TASKS.load(write_config(tmp_path, "")).models.fchl19 is None
-    assert "fchl19" not in estimators(TASKS.load(write_config(tmp_path, "")))
+    """FCHL19 (qmllib), exact and sparse, only where the config names them; alone on 4 and 8
+    frames (the exact model: one σ, the default λ grid searched on a quarter of them; the sparse
+    one: 40 inducing atoms, two σ, λ's by grouped LOO), their forces on 6 test frames beat zero."""
+    default = TASKS.load(write_config(tmp_path, ""))
+    assert default.models.fchl19 is None and default.models.fchl19_sparse is None
+    assert not {"fchl19", "fchl19-sparse"} & set(estimators(default))
     pytest.importorskip("qmllib", reason="the FCHL19 baseline needs the optional package qmllib (molntk[baselines])")
     config = TASKS.load(write_config(tmp_path, (
         "split: {n_train: [4, 8], n_test: 6, seed: 0}\n"
         "models: {so3_forces: null, so3_energy: null, sgdml: null,"
-        " fchl19: {sigmas: [8.0], validation_fraction: 0.25}}\n")), [f"output={tmp_path / 'out'}"])
+        " fchl19: {sigmas: [8.0], validation_fraction: 0.25}, fchl19_sparse: {inducing: 40, sigmas: [2.0, 8.0]}}\n")),
+        [f"output={tmp_path / 'out'}"])
     result = TASKS[config.task].run(config, "md.yaml")
     by = {(r["model"], r["n_train"]): r for r in result["results"]}
-    assert set(by) == {("fchl19", 4), ("fchl19", 8)}
+    assert set(by) == {(name, n) for name in ("fchl19", "fchl19-sparse") for n in (4, 8)}
     assert by["fchl19", 8]["chosen"]["sigma_"] == 8.0 and "reg_relative_" in by["fchl19", 8]["chosen"]
+    assert by["fchl19-sparse", 8]["chosen"]["sigma_"] in (2.0, 8.0) and "reg_force_" in by["fchl19-sparse", 8]["chosen"]
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     test_forces = np.concatenate([read_labelled(SAMPLE, ["energy"], forces=True).forces[i] for i in report["test_frames"]])
-    assert by["fchl19", 8]["force_mae"] < 0.5 * np.abs(test_forces).mean()
+    for name in ("fchl19", "fchl19-sparse"):
+        assert by[name, 8]["force_mae"] < 0.5 * np.abs(test_forces).mean()
 
 
 def test_a_model_is_fitted_up_to_its_max_n_train_and_the_larger_sizes_are_listed(tmp_path):

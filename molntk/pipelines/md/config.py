@@ -83,23 +83,36 @@ class FCHL19ModelConfig(MDModelSection):
     validation_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
 
 
+class SparseFCHL19ModelConfig(MDModelSection):
+    """The sparse FCHL19 baseline with force kernels
+    (:class:`~molntk.models.fchl19_force_field.SparseFCHL19ForceField`, needs qmllib): ``inducing``
+    training atoms by farthest-point sampling on their FCHL19 vectors, the solver and grouped-LOO
+    noise search of the sparse SO(3) force field, σ from ``sigmas`` by the same criterion. Its
+    rows cost ~m · N · n² per σ: it reaches the training sizes the exact FCHL19 cannot."""
+
+    inducing: Count = 2000
+    sigmas: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+
+
 class MDModelsConfig(Section):
     """The models side by side (null: left out): ``so3_forces`` the SO(3) NTK trained on
     energies and forces; ``so3_forces_exact`` the same with the exact joint kernel of every
     training frame's energy and forces (the GDML form, N(1 + 3n) functions; ``inducing`` not
     allowed; off unless given: its kernel has N²/2 molecule pairs); ``so3_energy`` the SO(3)
     NTK trained on energies only (its forces are the gradient of its energy); ``sgdml`` the
-    sGDML baseline; ``fchl19`` the FCHL19 baseline with force kernels (off unless given)."""
+    sGDML baseline; ``fchl19`` the FCHL19 baseline with force kernels (off unless given);
+    ``fchl19_sparse`` the same on inducing atoms (off unless given)."""
 
     so3_forces: SO3ModelConfig | None = SO3ModelConfig()
     so3_forces_exact: SO3ModelConfig | None = None
     so3_energy: SO3ModelConfig | None = SO3ModelConfig()
     sgdml: SGDMLModelConfig | None = SGDMLModelConfig()
     fchl19: FCHL19ModelConfig | None = None
+    fchl19_sparse: SparseFCHL19ModelConfig | None = None
 
     @model_validator(mode="after")
     def _some_model(self) -> MDModelsConfig:
-        if all(getattr(self, key) is None for key in ("so3_forces", "so3_forces_exact", "so3_energy", "sgdml", "fchl19")):
+        if all(getattr(self, key) is None for key in ("so3_forces", "so3_forces_exact", "so3_energy", "sgdml", "fchl19", "fchl19_sparse")):
             raise FieldError("so3_forces", "every model is null: nothing to run")
         if self.so3_forces_exact is not None and self.so3_forces_exact.params.get("inducing") is not None:
             raise FieldError("so3_forces_exact.params.inducing", "the exact model has no inducing environments: leave it out "

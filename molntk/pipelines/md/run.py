@@ -14,7 +14,7 @@ from sklearn.base import clone
 from molntk.data.labelled import LabelledData, read_labelled
 from molntk.data.md import md_cache_dir
 from molntk.errors import InputError, MolntkError
-from molntk.models.fchl19_force_field import FCHL19ForceField
+from molntk.models.fchl19_force_field import FCHL19ForceField, SparseFCHL19ForceField
 from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.models.sgdml_baseline import SGDMLForceField
 from molntk.models.so3_ntk import SO3NTKRegressor
@@ -46,7 +46,7 @@ def frames_path(config: MDForceFieldConfig) -> Path:
 
 #: Config key of each model section → the model's name in the records.
 MODEL_KEYS = {"so3_forces": "so3-ntk-forces", "so3_forces_exact": "so3-ntk-forces-exact", "so3_energy": "so3-ntk-energy",
-              "sgdml": "sgdml", "fchl19": "fchl19"}
+              "sgdml": "sgdml", "fchl19": "fchl19", "fchl19_sparse": "fchl19-sparse"}
 
 
 def estimators(config: MDForceFieldConfig) -> dict[str, Any]:
@@ -67,6 +67,9 @@ def estimators(config: MDForceFieldConfig) -> dict[str, Any]:
     if models.fchl19 is not None:
         out["fchl19"] = FCHL19ForceField(sigmas=tuple(models.fchl19.sigmas), lambdas=tuple(models.fchl19.lambdas),
                                          validation_fraction=models.fchl19.validation_fraction, seed=config.split.seed)
+    if models.fchl19_sparse is not None:
+        out["fchl19-sparse"] = SparseFCHL19ForceField(inducing=models.fchl19_sparse.inducing,
+                                                      sigmas=tuple(models.fchl19_sparse.sigmas))
     return out
 
 

@@ -426,8 +426,8 @@ class SparseFCHL19ForceField(_FCHL19Estimator):
     def fit(self, X: Any, energies: Any, forces: Sequence[Any]) -> SparseFCHL19ForceField:
         """Fit on molecules X (frames), their energies (M,) and forces (M × (n, 3))."""
         sigmas = self._grid(self.sigmas, "sigmas", "positive finite kernel widths")
-        m = check_inducing(self.inducing, self.inducing_selection, self.inducing_seed)
-        if m is None:
+        n_inducing = check_inducing(self.inducing, self.inducing_selection, self.inducing_seed)
+        if n_inducing is None:
             raise InputError("inducing", "must be a whole number ≥ 1 (FCHL19ForceField is the exact model)")
         lam_e, lam_f = noise_levels(self.reg_energy, self.reg_force)
         if lam_e is not None and len(sigmas) > 1:
@@ -438,7 +438,7 @@ class SparseFCHL19ForceField(_FCHL19Estimator):
         self.atom_energies_ = np.linalg.lstsq(reps.counts, E, rcond=None)[0]
         y = np.concatenate([E - reps.counts @ self.atom_energies_] + [f.ravel() for f in F])
         is_force, groups = joint_rows(len(molecules), [m.n_atoms for m in molecules])
-        self.basis_ = _Basis.pick(_Atoms.of(reps), m, self.inducing_selection, int(self.inducing_seed))
+        self.basis_ = _Basis.pick(_Atoms.of(reps), n_inducing, self.inducing_selection, int(self.inducing_seed))
         self.search_, best = {}, None
         for sigma in sigmas:
             fit = fit_sparse_joint(basis_rows(self.basis_, reps, sigma), basis_kernel(self.basis_, sigma), y, is_force,

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,22 +108,24 @@ def _qmllib() -> tuple[Any, Any]:
 
 
 class _Reps:
-    """FCHL19 vectors X (M, n_max, d), their gradients dX (M, n_max, d, n_max, 3) (zero
-    padded to the largest molecule), the atomic numbers Q of the molecules and their element
-    counts (M, len(elements)) (:func:`~molntk.regression.dressed_atom.element_counts`)."""
+    """FCHL19 vectors X (M, n_max, d), with ``gradients`` their gradients dX (M, n_max, d,
+    n_max, 3) (else None; zero padded to the largest molecule), the atomic numbers Q of the
+    molecules and their element counts (M, len(elements))
+    (:func:`~molntk.regression.dressed_atom.element_counts`)."""
 
-    def __init__(self, molecules: list[Molecule], elements: tuple[int, ...]) -> None:
+    def __init__(self, molecules: list[Molecule], elements: tuple[int, ...], gradients: bool = True) -> None:
         generate = _qmllib()[0].generate_fchl19
         pad = max(m.n_atoms for m in molecules)
-        pairs = [generate(m.numbers, m.positions, elements=list(elements), pad=pad, gradients=True) for m in molecules]
-        self.X = np.ascontiguousarray([p[0] for p in pairs], dtype=np.float64)
-        self.dX = np.ascontiguousarray([p[1] for p in pairs], dtype=np.float64)
+        reps = [generate(m.numbers, m.positions, elements=list(elements), pad=pad, gradients=gradients) for m in molecules]
+        self.X = np.ascontiguousarray([r[0] if gradients else r for r in reps], dtype=np.float64)
+        self.dX = np.ascontiguousarray([r[1] for r in reps], dtype=np.float64) if gradients else None
         self.Q = [m.numbers.astype(np.int32) for m in molecules]
         self.counts = element_counts(molecules, elements)
 
     def take(self, rows: np.ndarray) -> _Reps:
         out = object.__new__(_Reps)
-        out.X, out.dX, out.counts = self.X[rows], self.dX[rows], self.counts[rows]
+        out.X, out.counts = self.X[rows], self.counts[rows]
+        out.dX = None if self.dX is None else self.dX[rows]
         out.Q = [self.Q[i] for i in rows]
         return out
 
@@ -150,7 +153,7 @@ def energy_kernel(train: _Reps, query: _Reps, sigma: float) -> np.ndarray:
     return np.hstack([k_ee, k_ef.T])
 
 
-class _FCHL19Estimator(RegressorMixin, BaseEstimator):
+class _FCHL19Estimator(RegressorMixin, BaseEstimator, ABC):
     """What both FCHL19 force fields share: the kernel-width grid, the training frames with
     their energies and forces, and query frames, each validated (InputError naming the input)."""
 
@@ -196,27 +199,28 @@ class _FCHL19Estimator(RegressorMixin, BaseEstimator):
         self.elements_ = tuple(int(z) for z in np.unique(np.concatenate([m.numbers for m in molecules])))
         return molecules, E, F
 
-    def _query(self, X: Any, caller: str) -> tuple[list[Molecule], _Reps]:
+    def _query(self, X: Any, caller: str, forces: bool) -> tuple[list[Molecule], _Reps]:
+        """The query molecules and their FCHL19 vectors (with gradients only for ``forces``)."""
         if not hasattr(self, "atom_energies_"):
             raise InputError(type(self).__name__, f"{caller} called before fit")
         molecules = self._molecules(X)
-        return molecules, _Reps(molecules, self.elements_)
+        return molecules, _Reps(molecules, self.elements_, gradients=forces)
 
+    @abstractmethod
     def _rows(self, reps: _Reps, forces: bool) -> tuple[np.ndarray, np.ndarray]:
         """The fitted model's rows of molecules ``reps`` (their energies, then with ``forces``
         their force components, atom by atom, x y z) and the coefficients they multiply."""
-        raise NotImplementedError
 
     def predict(self, X: Any) -> np.ndarray:
         """Energies (M,) of molecules X."""
-        _, reps = self._query(X, "predict")
+        _, reps = self._query(X, "predict", forces=False)
         rows, coef = self._rows(reps, forces=False)
         return rows @ coef + reps.counts @ self.atom_energies_
 
     def predict_forces(self, X: Any, return_energy: bool = False
                        ) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
         """Forces, a list of (n, 3) arrays; with ``return_energy`` also the energies (M,)."""
-        molecules, reps = self._query(X, "predict_forces")
+        molecules, reps = self._query(X, "predict_forces", forces=True)
         rows, coef = self._rows(reps, forces=True)
         pred = rows @ coef
         energies = pred[: len(molecules)] + reps.counts @ self.atom_energies_

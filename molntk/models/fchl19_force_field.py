@@ -32,7 +32,8 @@ tests: its gradient blocks are derivatives with respect to −r, i.e. covariance
 needs only its rows of K_EE (``get_local_kernel``) and K_EF (``get_local_gradient_kernel``,
 the training molecules' gradients); its forces need the Hessian block as well.
 e_0 are dressed atoms: per-element energies least-squares fitted to the training energies
-(on frames of one molecule, the training mean).
+(:class:`~molntk.regression.dressed_atom.DressedAtomModel`; on frames of one molecule, the
+training mean).
 
 σ and λ are chosen on held-out training frames: a seeded ``validation_fraction`` of the
 training molecules is held out, a model fitted on the rest for each (σ, λ), and the pair
@@ -84,7 +85,7 @@ from molntk.features.inducing import inducing_rows
 from molntk.models.force_field import joint_rows, noise_levels
 from molntk.models.so3_ntk import as_molecules, check_inducing
 from molntk.regression.blocked_cholesky import SymmetricBackup, cholesky_solve_in_place
-from molntk.regression.dressed_atom import element_counts
+from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.sparse_joint import fit_sparse_joint
 
 logger = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ class _FCHL19Estimator(RegressorMixin, BaseEstimator, ABC):
 
     def _query(self, X: Any, caller: str, forces: bool) -> tuple[list[Molecule], _Reps]:
         """The query molecules and their FCHL19 vectors (with gradients only for ``forces``)."""
-        if not hasattr(self, "atom_energies_"):
+        if not hasattr(self, "dressed_atom_"):
             raise InputError(type(self).__name__, f"{caller} called before fit")
         molecules = self._molecules(X)
         return molecules, _Reps(molecules, self.elements_, gradients=forces)
@@ -215,7 +216,7 @@ class _FCHL19Estimator(RegressorMixin, BaseEstimator, ABC):
         """Energies (M,) of molecules X."""
         _, reps = self._query(X, "predict", forces=False)
         rows, coef = self._rows(reps, forces=False)
-        return rows @ coef + reps.counts @ self.atom_energies_
+        return rows @ coef + self.dressed_atom_.predict(reps.counts)
 
     def predict_forces(self, X: Any, return_energy: bool = False
                        ) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
@@ -223,7 +224,7 @@ class _FCHL19Estimator(RegressorMixin, BaseEstimator, ABC):
         molecules, reps = self._query(X, "predict_forces", forces=True)
         rows, coef = self._rows(reps, forces=True)
         pred = rows @ coef
-        energies = pred[: len(molecules)] + reps.counts @ self.atom_energies_
+        energies = pred[: len(molecules)] + self.dressed_atom_.predict(reps.counts)
         ends = np.cumsum([3 * m.n_atoms for m in molecules])[:-1]
         forces = [f.reshape(-1, 3) for f in np.split(pred[len(molecules):], ends)]
         return (energies, forces) if return_energy else forces
@@ -238,7 +239,7 @@ class FCHL19ForceField(_FCHL19Estimator):
 
     Fitted attributes: ``sigma_``, ``sigma_at_grid_edge_``, ``reg_relative_`` (λ chosen,
     relative), ``reg_`` (λ absolute), ``reg_at_grid_edge_``, ``search_`` ((σ, λ relative) →
-    validation criterion), ``elements_`` (the training elements), ``atom_energies_`` (the
+    validation criterion), ``elements_`` (the training elements), ``dressed_atom_`` (the
     dressed atoms e_0, per element of ``elements_``), ``coef_`` ([α; β]).
     """
 
@@ -257,8 +258,8 @@ class FCHL19ForceField(_FCHL19Estimator):
         (None where K + λI is not positive definite), λ relative and λ absolute; ``escalate``: raise
         such a λ a hundredfold until it is, with a warning, instead."""
         counts = reps.counts
-        atom_energies = np.linalg.lstsq(counts, E, rcond=None)[0]
-        y = np.concatenate([E - counts @ atom_energies] + [f.ravel() for f in F])
+        dressed_atom = DressedAtomModel().fit(counts, E)
+        y = np.concatenate([dressed_atom.residual(counts, E)] + [f.ravel() for f in F])
         K = training_kernel(reps, sigma)
         backup = SymmetricBackup(K)
         scale = float(np.mean(backup.diagonal))
@@ -274,7 +275,7 @@ class FCHL19ForceField(_FCHL19Estimator):
                 raise InputError("lambdas", f"K + λI is not positive definite even at λ = {lam:g} × mean(diag K) "
                                  f"(σ = {sigma:g}): the kernel is not finite or not a kernel")
             out.append((coef, lam, lam * scale))
-        return atom_energies, out
+        return dressed_atom, out
 
     def fit(self, X: Any, energies: Any, forces: Sequence[Any]) -> FCHL19ForceField:
         """Fit on molecules X (frames), their energies (M,) and forces (M × (n, 3))."""
@@ -297,8 +298,8 @@ class FCHL19ForceField(_FCHL19Estimator):
             counts_val = val_reps.counts
             F_val = np.concatenate([F[i].ravel() for i in val])
             for sigma in sigmas:
-                atom_energies, solutions = self._fit_labels(train_reps, E[rest], [F[i] for i in rest], sigma, lambdas)
-                norm_e = max(float(np.mean((E[val] - counts_val @ atom_energies) ** 2)), 1e-300)
+                dressed_atom, solutions = self._fit_labels(train_reps, E[rest], [F[i] for i in rest], sigma, lambdas)
+                norm_e = max(float(np.mean(dressed_atom.residual(counts_val, E[val]) ** 2)), 1e-300)
                 norm_f = max(float(np.mean(F_val**2)), 1e-300)
                 K_query = query_kernel(train_reps, val_reps, sigma)
                 for lam, (coef, _, _) in zip(lambdas, solutions):
@@ -306,7 +307,7 @@ class FCHL19ForceField(_FCHL19Estimator):
                         self.search_[sigma, lam] = float("inf")
                         continue
                     pred = K_query @ coef
-                    r_e = pred[:n_val] + counts_val @ atom_energies - E[val]
+                    r_e = pred[:n_val] - dressed_atom.residual(counts_val, E[val])
                     r_f = pred[n_val:] - F_val
                     self.search_[sigma, lam] = float(np.mean(r_e**2) / norm_e + np.mean(r_f**2) / norm_f)
             self.sigma_, self.reg_relative_ = min(self.search_, key=self.search_.get)
@@ -315,7 +316,7 @@ class FCHL19ForceField(_FCHL19Estimator):
         else:
             self.sigma_, self.reg_relative_ = sigmas[0], lambdas[0]
             self.sigma_at_grid_edge_ = self.reg_at_grid_edge_ = None
-        self.atom_energies_, [(self.coef_, self.reg_relative_, self.reg_)] = self._fit_labels(
+        self.dressed_atom_, [(self.coef_, self.reg_relative_, self.reg_)] = self._fit_labels(
             reps, E, F, self.sigma_, [self.reg_relative_], escalate=True)
         self.train_reps_ = reps
         self.n_features_in_ = 1
@@ -412,7 +413,7 @@ class SparseFCHL19ForceField(_FCHL19Estimator):
 
     Fitted attributes: ``sigma_``, ``sigma_at_grid_edge_``, ``search_`` (σ → criterion),
     ``reg_energy_``, ``reg_force_``, ``cv_score_``, ``reg_at_grid_edge_``, ``rank_`` (of K_mm
-    kept), ``n_inducing_``, ``elements_``, ``atom_energies_``, ``inducing_weights_`` (w, (m,)).
+    kept), ``n_inducing_``, ``elements_``, ``dressed_atom_``, ``inducing_weights_`` (w, (m,)).
     """
 
     def __init__(self, inducing: int = 2000, sigmas: Sequence[float] = SIGMAS, reg_energy: float | str = "cv",
@@ -439,8 +440,8 @@ class SparseFCHL19ForceField(_FCHL19Estimator):
                              "reg_energy and reg_force 'cv', or one σ")
         molecules, E, F = self._labelled(X, energies, forces)
         reps = _Reps(molecules, self.elements_)
-        self.atom_energies_ = np.linalg.lstsq(reps.counts, E, rcond=None)[0]
-        y = np.concatenate([E - reps.counts @ self.atom_energies_] + [f.ravel() for f in F])
+        self.dressed_atom_ = DressedAtomModel().fit(reps.counts, E)
+        y = np.concatenate([self.dressed_atom_.residual(reps.counts, E)] + [f.ravel() for f in F])
         is_force, groups = joint_rows(len(molecules), [m.n_atoms for m in molecules])
         self.basis_ = _Basis.pick(_Atoms.of(reps), n_inducing, self.inducing_selection, int(self.inducing_seed))
         self.search_, best = {}, None

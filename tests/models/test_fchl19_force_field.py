@@ -145,7 +145,7 @@ def test_a_fit_with_one_sigma_and_lambda_is_the_dense_solve_of_the_finite_differ
     spread = np.ptp(energies)
     np.testing.assert_allclose(e, pred[:2] + mean, rtol=0, atol=1e-3 * spread)
     np.testing.assert_allclose(np.concatenate(f).ravel(), pred[2:], rtol=0, atol=1e-3 * np.abs(pred[2:]).max())
-    np.testing.assert_allclose(model.atom_energies_ @ [6, 2, 1], mean, rtol=1e-12)  # dressed atoms = the mean here
+    np.testing.assert_allclose(model.dressed_atom_.predict([[6, 2, 1]]), [mean], rtol=1e-12)  # = the mean here
 
 
 # ----------------------------------------------------------------------------- the fitted model
@@ -307,7 +307,7 @@ def test_a_fit_at_fixed_noise_is_the_dense_least_squares_solve_of_its_objective(
     e, f = model.predict_forces([molecules[i] for i in query], return_energy=True)
     np.testing.assert_allclose(e, pred[:2] + mean, rtol=0, atol=1e-4 * np.ptp(energies))
     np.testing.assert_allclose(np.concatenate(f).ravel(), pred[2:], rtol=0, atol=1e-4 * np.abs(pred[2:]).max())
-    np.testing.assert_allclose(model.atom_energies_ @ [6, 2, 1], mean, rtol=1e-12)  # dressed atoms = the mean here
+    np.testing.assert_allclose(model.dressed_atom_.predict([[6, 2, 1]]), [mean], rtol=1e-12)  # = the mean here
 
 
 def test_the_search_keeps_the_sigma_of_lowest_criterion_and_its_fit(sparse, frames):

@@ -96,6 +96,10 @@ SIGMAS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 LAMBDAS: tuple[float, ...] = (1e-10, 1e-8, 1e-6, 1e-4)
 
 
+#: Molecules per call of qmllib's atomic gradient kernel in :func:`basis_rows`.
+ROWS_CHUNK = 100
+
+
 @functools.cache
 def _qmllib() -> tuple[Any, Any]:
     """qmllib's representations and kernels modules (InputError naming the extra when the
@@ -117,9 +121,16 @@ class _Reps:
     def __init__(self, molecules: list[Molecule], elements: tuple[int, ...], gradients: bool = True) -> None:
         generate = _qmllib()[0].generate_fchl19
         pad = max(m.n_atoms for m in molecules)
-        reps = [generate(m.numbers, m.positions, elements=list(elements), pad=pad, gradients=gradients) for m in molecules]
-        self.X = np.ascontiguousarray([r[0] if gradients else r for r in reps], dtype=np.float64)
-        self.dX = np.ascontiguousarray([r[1] for r in reps], dtype=np.float64) if gradients else None
+        self.X = self.dX = None
+        for b, m in enumerate(molecules):  # written in place: no list of per-molecule copies
+            rep = generate(m.numbers, m.positions, elements=list(elements), pad=pad, gradients=gradients)
+            x, dx = rep if gradients else (rep, None)
+            if self.X is None:
+                self.X = np.empty((len(molecules), *np.shape(x)))
+                self.dX = np.empty((len(molecules), *np.shape(dx))) if gradients else None
+            self.X[b] = x
+            if gradients:
+                self.dX[b] = dx
         self.Q = [m.numbers.astype(np.int32) for m in molecules]
         self.counts = element_counts(molecules, elements)
 
@@ -374,17 +385,26 @@ def basis_kernel(basis: _Basis, sigma: float) -> np.ndarray:
     return (K + K.T) / 2
 
 
-def basis_rows(basis: _Basis, reps: _Reps, sigma: float, forces: bool = True) -> np.ndarray:
+def basis_rows(basis: _Basis, reps: _Reps, sigma: float, forces: bool = True,
+               chunk: int = ROWS_CHUNK) -> np.ndarray:
     """Rows of molecules ``reps`` against the inducing atoms s_j: the energies
     Σ_{i∈x} k(q_i, s_j) (M, m), then with ``forces`` each molecule's force components
     −∂/∂r Σ_{i∈x} k(q_i, s_j) (atom by atom, x y z; qmllib's atomic gradient kernel, a
-    covariance with the forces)."""
+    covariance with the forces). The force rows are computed ``chunk`` molecules at a time,
+    so qmllib's working copies of the gradients stay those of one chunk."""
     kernels = _qmllib()[1]
     energy = kernels.get_local_kernel(basis.X, reps.X, basis.Q, reps.Q, float(sigma))
     if not forces:
         return energy
-    force = kernels.get_atomic_local_gradient_kernel(basis.X, reps.X, reps.dX, basis.Q, reps.Q, float(sigma))
-    return np.vstack([energy, force])
+    ends = np.cumsum([0] + [3 * len(q) for q in reps.Q])
+    rows = np.empty((len(reps.Q) + ends[-1], energy.shape[1]))
+    rows[: len(reps.Q)] = energy
+    for start in range(0, len(reps.Q), chunk):
+        part = reps.take(np.arange(start, min(start + chunk, len(reps.Q))))
+        stop = start + len(part.Q)
+        rows[len(reps.Q) + ends[start] : len(reps.Q) + ends[stop]] = kernels.get_atomic_local_gradient_kernel(
+            basis.X, part.X, part.dX, basis.Q, part.Q, float(sigma))
+    return rows
 
 
 class SparseFCHL19ForceField(_FCHL19Estimator):

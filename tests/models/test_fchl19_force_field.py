@@ -263,7 +263,9 @@ def test_rows_and_basis_kernel_are_the_plain_kernel_and_its_finite_differences(f
     """qmllib's local and atomic gradient kernels against the plain kernel and central
     differences (h = 1e-3 Å: truncation h²/6 · ∂³k ≈ 1e-7 of the largest entry, round-off
     ε · k / h ≈ 1e-12); one molecule has a hydrogen less (zero padding). Tolerance 1e-5 of the
-    largest entry; the sign (a covariance with the forces, −∂/∂r) is what the fit's labels need."""
+    largest entry; the sign (a covariance with the forces, −∂/∂r) is what the fit's labels need.
+    The force rows computed a molecule or two at a time (``chunk``) are those of one call: each
+    molecule's rows are the same sums in the same order (rtol 1e-12)."""
     molecules = frames[0]
     fragment = Molecule(molecules[40].numbers[:-1].copy(), molecules[40].positions[:-1].copy())
     train = [molecules[0], fragment, molecules[60]]
@@ -277,6 +279,9 @@ def test_rows_and_basis_kernel_are_the_plain_kernel_and_its_finite_differences(f
     assert rows.shape == (3 + 3 * (9 + 8 + 9), 10)
     np.testing.assert_allclose(rows, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
     np.testing.assert_allclose(basis_rows(basis, reps, sigma, forces=False), rows[:3], rtol=1e-12, atol=0)
+    whole = basis_rows(basis, reps, sigma, chunk=3)
+    for chunk in (1, 2):
+        np.testing.assert_allclose(basis_rows(basis, reps, sigma, chunk=chunk), whole, rtol=1e-12, atol=0)
     plain = np.exp(-cdist(s, s, "sqeuclidean") / (2 * sigma**2)) * (z[:, None] == z[None, :])
     np.testing.assert_allclose(basis_kernel(basis, sigma), plain, rtol=1e-12, atol=1e-14)
 

@@ -212,7 +212,8 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
     of band limit 5 as in configs/qm9_u0.yaml); ``residual`` (learn the residual of the
     dressed-atom model); ``baseline`` (None, or the physical baseline of
     :data:`~molntk.models.delta.BASELINES` whose residual the model learns, module docstring);
-    ``reg`` ("cv" or λ ≥ 0), ``cv``, ``psd_rtol`` (regression: the
+    ``reg`` ("cv" or λ ≥ 0), ``cv``, ``cv_loss`` ("squared": λ minimises the mean squared
+    CV residual, "absolute": the mean absolute one), ``psd_rtol`` (regression: the
     accuracy of the fast-mode quadrature, 3e-8 suits erf networks on the default grid,
     whose kernels are accurate to ≈ 5e-11);
     ``dtype``, ``device`` ("auto": CUDA when available, else the CPU), ``block_size``
@@ -244,6 +245,7 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
     residual: bool = True
     reg: float | str = "cv"
     cv: str = "loo"
+    cv_loss: str = "squared"
     dtype: str = DEFAULTS.dtype
     device: str = "auto"
     verbose: bool = False
@@ -266,7 +268,8 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
 
     def _regressor(self, recipe: SO3ModelRecipe) -> KernelRegressor:
         """Kernel ridge with the recipe's λ grid (fast mode: down to psd_rtol · mean(diag K))."""
-        return KernelRegressor("ntk", reg=self.reg, cv=self.cv, psd_rtol=self.psd_rtol, relative_grid=recipe.relative_grid)
+        return KernelRegressor("ntk", reg=self.reg, cv=self.cv, cv_loss=self.cv_loss, psd_rtol=self.psd_rtol,
+                               relative_grid=recipe.relative_grid)
 
     def _check_sparse(self) -> int | None:
         """The validated number of inducing environments (None: exact model)."""
@@ -280,7 +283,8 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
 
     def _sparse_regressor(self, recipe: SO3ModelRecipe) -> SparseKernelRegressor:
         """Nyström kernel ridge with the exact path's λ grid and the recipe's rank_rtol."""
-        return SparseKernelRegressor(reg=self.reg, cv=self.cv, relative_grid=recipe.relative_grid, rank_rtol=recipe.rank_rtol)
+        return SparseKernelRegressor(reg=self.reg, cv=self.cv, cv_loss=self.cv_loss, relative_grid=recipe.relative_grid,
+                                     rank_rtol=recipe.rank_rtol)
 
     def _set_inducing(self, train_feats: EnvironmentBatch, rows: Any) -> None:
         """``inducing_rows_`` and ``inducing_``: environments ``rows`` of the training features."""

@@ -29,12 +29,13 @@ from molntk.pipelines.qm9.config import QM9PropertyConfig, SO3Candidate
 
 def so3_estimator(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str, residual: bool,
                   elements: Sequence[int] | None = None) -> SO3NTKRegressor:
-    """The unfitted estimator of ``candidate`` under the config (λ by the config's CV) for
+    """The unfitted estimator of ``candidate`` under the config (λ by the config's CV and
+    ``cv_loss``, as the run's own fits choose it) for
     the data's element set ``elements`` (None: QM9's). Its
     ``device`` is ``auto``: a model file predicts on the GPU of the machine that loads it,
     if it has one (not necessarily the run's device)."""
     return SO3NTKRegressor.from_recipe(so3_recipe(config, candidate, reduce, elements), residual=residual,
-                                       cv=config.regression.cv, device="auto")
+                                       cv=config.regression.cv, cv_loss=config.regression.cv_loss, device="auto")
 
 
 def config_sha256(config: QM9PropertyConfig) -> str:

@@ -12,7 +12,9 @@ process and records:
 - ``kernel_blocks``: how many blocks the run computed and how many it read from its block
   cache (a cached block's seconds are those recorded when it was computed, and the wall
   time does not include them);
-- the test records (MAE, RMSE, fit and predict seconds, λ, rank, …);
+- the test records (MAE with its bootstrap 95 % interval, RMSE, fit and predict seconds, λ,
+  rank, …) and the paired comparisons of the models at each size (the lowest MAE against
+  each other model on the same test molecules, :func:`molntk.pipelines.qm9.evaluate.paired_comparisons`);
 - ``peak_rss_mb`` (this process) and ``gpu_peak_mb`` (torch's allocator, CUDA only).
 
     python benchmarks/full_qm9.py                                   # the full split (GPU)
@@ -76,6 +78,7 @@ def run(config_path: str, overrides: list[str], output: Path) -> dict:
         "kernel_seconds": result["kernel_seconds"],
         "kernel_blocks": result["kernel_blocks"],
         "records": [{k: v for k, v in r.items() if k != "cv"} for r in result["records"]],
+        "comparisons": result["comparisons"],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
     }
@@ -99,7 +102,11 @@ def main(argv: list[str] | None = None) -> None:
     for k in row["kernel_seconds"]:
         print(f"  kernel {k['model']}: " + ", ".join(f"{part} {k[part]:.1f} s" for part in ("inducing", "train", "test") if part in k))
     for r in row["records"]:
-        print(f"  {r['model']:<16} n_train {r['n_train']:>6}  MAE {r['mae']:8.2f} {r['unit']}  fit {r['fit_seconds']:7.1f} s  predict {r['predict_seconds']:6.1f} s")
+        print(f"  {r['model']:<16} n_train {r['n_train']:>6}  MAE {r['mae']:8.2f} {r['unit']} "
+              f"[{r['mae_ci95_low']:.2f}, {r['mae_ci95_high']:.2f}]  fit {r['fit_seconds']:7.1f} s  predict {r['predict_seconds']:6.1f} s")
+    for c in row["comparisons"]:
+        print(f"  n_train {c['n_train']:>6}  {c['model']} lower than {c['against']} by {c['mae_difference']:.2f} "
+              f"[{c['ci95_low']:.2f}, {c['ci95_high']:.2f}]" + ("" if c["resolved"] else "  (not resolved)"))
     runs = json.loads(args.json.read_text()) if args.json.exists() else {}
     runs[" ".join([row["device"], row["config"], *row["overrides"], row["date"]])] = row
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,9 @@ def show_image_classification(config: ImageClassificationConfig, result: dict[st
 
 
 def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None:
-    """Rich tables of a ``qm9-property`` result: per target, every model × n_train; then the
+    """Rich tables of a ``qm9-property`` result: per target, every model × n_train with the
+    MAE's bootstrap 95 % interval, and the lowest-MAE model against each other one (paired
+    95 % interval of the MAE difference; "yes" when the test set tells them apart); then the
     hyperparameter choices (marked "grid edge" when CV chose an end of the model's grid);
     then where the report and the saved models are."""
     for target in config.targets:
@@ -49,9 +51,18 @@ def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None
         print_results_table(
             records,
             [("model", "model", "s"), ("n_train", "n_train", "d"), ("mae", f"MAE ({unit})", ".4g"),
+             ("mae_ci95_low", "95 % CI", ".4g"), ("mae_ci95_high", "", ".4g"),
              ("rmse", f"RMSE ({unit})", ".4g"), ("r2", "R²", ".4f"), ("invariance_error", f"rot. std ({unit})", ".2e"),
              ("fit_seconds", "fit s", ".2f"), ("predict_seconds", "predict s", ".2f")],
             title=f"{config.name}: {target} on {result['n_test']} test molecules ({result['device']}, {result['dtype']})",
+        )
+        pairs = [{**c, "resolved": "yes" if c["resolved"] else "no"} for c in result["comparisons"] if c["target"] == target]
+        print_results_table(
+            pairs,
+            [("n_train", "n_train", "d"), ("model", "lowest MAE", "s"), ("against", "against", "s"),
+             ("mae_difference", f"MAE difference ({unit})", ".3g"), ("ci95_low", "paired 95 % CI", ".3g"),
+             ("ci95_high", "", ".3g"), ("resolved", "resolved", "s")],
+            title=f"{target}: the lowest MAE against the other models, on the same test molecules",
         )
     chosen = [{**r, "candidate": r["candidate"] + (" (grid edge)" if r.get("hyperparameter_at_grid_edge") else "")}
               for r in result["search"] if r.get("chosen")]
@@ -159,7 +170,11 @@ MD_COLUMNS = [
     ("model", "model", "s"),
     ("n_train", "n_train", "d"),
     ("energy_mae", "energy MAE", ".4g"),
+    ("energy_mae_ci95_low", "95 % CI", ".3g"),
+    ("energy_mae_ci95_high", "", ".3g"),
     ("force_mae", "force MAE", ".4g"),
+    ("force_mae_ci95_low", "95 % CI", ".3g"),
+    ("force_mae_ci95_high", "", ".3g"),
     ("energy_rmse", "energy RMSE", ".4g"),
     ("force_rmse", "force RMSE", ".4g"),
     ("fit_seconds", "fit s", ".1f"),
@@ -167,14 +182,32 @@ MD_COLUMNS = [
 ]
 
 
+#: Columns of the md-force-field comparisons table: (key, header, format).
+MD_COMPARISON_COLUMNS = [
+    ("n_train", "n_train", "d"),
+    ("quantity", "quantity", "s"),
+    ("model", "lowest MAE", "s"),
+    ("against", "against", "s"),
+    ("mae_difference", "MAE difference", ".3g"),
+    ("ci95_low", "paired 95 % CI", ".3g"),
+    ("ci95_high", "", ".3g"),
+    ("resolved", "resolved", "s"),
+]
+
+
 def show_md_force_field(config: MDForceFieldConfig, result: dict[str, Any]) -> None:
-    """The records as a table (energy unit and its unit per Å), read failures, failed and
-    skipped fits if any, then where the files are."""
+    """The records as a table (energy unit and its unit per Å; each MAE with its bootstrap
+    95 % interval over the test frames), the lowest MAE against the other models on the same
+    frames ("yes" when the frames tell them apart), read failures, failed and skipped fits if
+    any, then where the files are."""
     data = result["data"]
     unit = config.data.energy_unit
     print_results_table(result["results"], MD_COLUMNS,
                         f"{config.name}: {data['formula']}, {result['results'][0]['n_test']} test frames "
                         f"(energies in {unit}, forces in {unit}/Å)")
+    if result["comparisons"]:
+        print_results_table([{**c, "resolved": "yes" if c["resolved"] else "no"} for c in result["comparisons"]],
+                            MD_COMPARISON_COLUMNS, "the lowest MAE against the other models, on the same test frames")
     for failure in result["failures"]:
         stdout().print(f"not read: {failure}")
     for fit in result["failed_fits"]:

@@ -5,6 +5,8 @@
 - :mod:`~molntk.pipelines.tasks`: the registry of tasks (``TASKS``);
 - :mod:`~molntk.pipelines.files`: output folder, ``report.json``, ``config.yaml``,
   ``metrics.csv`` and learning-curve plot (every pipeline);
+- :mod:`~molntk.pipelines.comparisons`: the lowest-MAE model against every other on the
+  same test items, with paired bootstrap intervals (the QM9 and MD reports' ``comparisons``);
 - ``task: qm9-summary``: :mod:`~molntk.pipelines.qm9_summary` (schema and run);
 - ``task: qm9-property``: the package :mod:`~molntk.pipelines.qm9` (schema, data,
   candidates, exact and sparse models, records, run, files): learning curves of the SO(3)

@@ -31,7 +31,8 @@ works like ``KernelRidge(kernel="precomputed")``: ``fit(K_train, y)``, ``predict
 - :mod:`~molntk.regression.dressed_atom`: per-element linear baseline;
 - :mod:`~molntk.regression.calibration`: the GP amplitude σ_f² of the predictive variances,
   fitted by leave-one-out or marginal likelihood;
-- :mod:`~molntk.regression.metrics`: MAE, RMSE, R², coverage of predictive stds.
+- :mod:`~molntk.regression.metrics`: MAE, RMSE, R², coverage of predictive stds, bootstrap
+  intervals of test MAEs and of paired MAE differences.
 """
 
 from molntk.regression.calibration import UncalibratedWarning
@@ -40,7 +41,8 @@ from molntk.regression.dynamics import NTKDynamics, kernel_matrices
 from molntk.regression.estimator import KernelRegressor, PCGConvergenceWarning
 from molntk.regression.falkon import FalkonConvergenceWarning, FalkonRegressor
 from molntk.regression.gp import nngp_posterior, nngp_variance
-from molntk.regression.metrics import calibration_metrics, coverage_curve, mae, r2, regression_metrics, rmse
+from molntk.regression.metrics import (calibration_metrics, coverage_curve, mae, mae_interval, mean_error_interval,
+                                      paired_error_difference, paired_mae_difference, r2, regression_metrics, rmse)
 from molntk.regression.ntk import ntk_filter, ntk_gp_variance, ntk_mean, ntk_weights
 from molntk.regression.scaling import TargetScaler
 from molntk.regression.selection import (
@@ -77,12 +79,16 @@ __all__ = [
     "kfold_residuals",
     "loo_residuals",
     "mae",
+    "mae_interval",
+    "mean_error_interval",
     "nngp_posterior",
     "nngp_variance",
     "ntk_filter",
     "ntk_gp_variance",
     "ntk_mean",
     "ntk_weights",
+    "paired_error_difference",
+    "paired_mae_difference",
     "r2",
     "regression_metrics",
     "rmse",

@@ -62,7 +62,8 @@ def test_a_tiny_run_writes_its_files_and_force_training_beats_energy_training_on
     """Two training sizes, four models, 6 test frames: every record, every file; the model
     trained on 8 frames' forces (216 force labels) predicts forces better than the one trained
     on their 8 energies, whose forces are a by-product. The exact energy+force model runs at
-    its max_n_train (4) only; the size above it is listed as skipped."""
+    its max_n_train (4) only; the size above it is listed as skipped. The report compares the
+    lowest MAE with every other model at each size, for energies and forces."""
     config = TASKS.load(write_config(tmp_path, (
         "split: {n_train: [4, 8], n_test: 6, seed: 0}\n"
         "models: {so3_forces: {params: {grid_band_limit: 3}}, so3_energy: {params: {grid_band_limit: 3}},"
@@ -83,6 +84,23 @@ def test_a_tiny_run_writes_its_files_and_force_training_beats_energy_training_on
     assert by["so3-ntk-forces", 8]["force_mae"] < by["so3-ntk-energy", 8]["force_mae"]
     assert {"reg_energy_", "reg_force_"} <= set(by["so3-ntk-forces", 8]["chosen"])
     assert by["sgdml", 8]["chosen"]["sigma_"] == 20.0
+    # Each MAE lies in its bootstrap interval; the comparisons put, per size and quantity, the
+    # lowest MAE against every other model, by the records' MAE differences.
+    assert all("frame_errors" not in r for r in report["results"])
+    for r in report["results"]:
+        for q in ("energy", "force"):
+            assert r[f"{q}_mae_ci95_low"] <= r[f"{q}_mae"] <= r[f"{q}_mae_ci95_high"]
+    for n in (4, 8):
+        for quantity, key in (("energy", "energy_mae"), ("forces", "force_mae")):
+            maes = {r["model"]: r[key] for r in report["results"] if r["n_train"] == n}
+            rows = [c for c in report["comparisons"] if c["n_train"] == n and c["quantity"] == quantity]
+            best = min(maes, key=maes.get)
+            assert {c["model"] for c in rows} == {best}
+            assert sorted(c["against"] for c in rows) == sorted(set(maes) - {best})
+            for c in rows:
+                assert c["mae_difference"] == pytest.approx(maes[c["against"]] - maes[best], abs=1e-9)
+                assert c["ci95_low"] <= c["mae_difference"] <= c["ci95_high"]
+                assert c["resolved"] == (c["ci95_low"] > 0)
     # The joint kernels' rows are in the output's kernel cache: one block of 4 frames, which
     # both exact fits at 4 share (so3_forces has no inducing points here), and one of 8.
     blocks = [np.load(path)["joint"].shape for path in (out / "kernel_cache").glob("*/*.npz")]

@@ -66,6 +66,41 @@ def test_pipeline_writes_every_file_with_the_required_keys(tiny_run):
 
 
 
+def test_report_compares_the_lowest_mae_with_every_model_on_the_same_molecules(tiny_run):
+    """Each record's MAE lies inside its bootstrap interval; at each size the comparisons
+    name the lowest-MAE model and one row per other model, whose difference is that of the
+    records' MAEs and, at the largest size, that of the predictions in predictions.csv; the
+    paired interval holds the difference, its width is that of the normal-theory interval
+    2 × 1.96 std(d)/√n within a factor 2 (a small test set: a skewed d), and ``resolved``
+    says whether it lies above 0."""
+    import pandas as pd
+
+    out, _ = tiny_run
+    report = json.loads((out / "report.json").read_text())
+    records = report["results"]
+    assert all("test_errors" not in r for r in records)
+    assert all(r["mae_ci95_low"] <= r["mae"] <= r["mae_ci95_high"] for r in records)
+    comparisons = report["comparisons"]
+    predictions = pd.read_csv(out / "predictions.csv")
+    largest = max(r["n_train"] for r in records)
+    for n in {r["n_train"] for r in records}:
+        mae = {r["model"]: r["mae"] for r in records if r["n_train"] == n}
+        rows = [c for c in comparisons if c["n_train"] == n]
+        best = min(mae, key=mae.get)
+        assert {c["model"] for c in rows} == {best}
+        assert sorted(c["against"] for c in rows) == sorted(m for m in mae if m != best)
+        for c in rows:
+            assert c["mae_difference"] == pytest.approx(mae[c["against"]] - mae[best], abs=1e-9)
+            assert c["ci95_low"] <= c["mae_difference"] <= c["ci95_high"]
+            assert c["resolved"] == (c["ci95_low"] > 0)
+            if n == largest:
+                y = predictions["u0_atom"].to_numpy()
+                d = np.abs(predictions[f"u0_atom:{c['against']}"] - y) - np.abs(predictions[f"u0_atom:{best}"] - y)
+                assert c["mae_difference"] == pytest.approx(d.mean(), abs=1e-9)
+                normal = 2 * 1.96 * d.std(ddof=1) / math.sqrt(len(d))
+                assert 0.5 * normal <= c["ci95_high"] - c["ci95_low"] <= 2 * normal
+
+
 def _sets(qm9, n_train, n_test):
     split = standard_split(len(qm9), 0)
     return split.train[:n_train], split.test[:n_test]
@@ -393,7 +428,8 @@ def test_cv_loss_absolute_chooses_by_the_mean_absolute_leave_one_out_error(tmp_p
     spectrum's λ at n = 24 is the grid point whose leave-one-out refits (23 molecules each,
     numpy solves on the kernel computed here) have the smallest mean |residual| of the
     standardised dressed-atom residuals (the smallest mean squared residual lies at another
-    grid point here: 3.2e-3 against 1e-3, so the test tells the two losses apart)."""
+    grid point here: 3.2e-3 against 1e-3, so the test tells the two losses apart); the
+    record's ``cv_error`` is that smallest mean |residual| in meV."""
     from molntk.pipelines.qm9.evaluate import dressed_atom
     from molntk.regression.selection import DEFAULT_RELATIVE_GRID
 
@@ -422,6 +458,9 @@ def test_cv_loss_absolute_chooses_by_the_mean_absolute_leave_one_out_error(tmp_p
                for i in range(24) for rest in [np.delete(np.arange(24), i)]]
         scores.append(np.mean(np.abs(loo)))
     assert record["reg_relative"] == pytest.approx(DEFAULT_RELATIVE_GRID[int(np.argmin(scores))], rel=1e-9)
+    # the record's CV error: that LOO MAE, in meV (the residuals' std undoes the standardisation)
+    assert record["cv_criterion"] == "loo"
+    assert record["cv_error"] == pytest.approx(min(scores) * residual.std(), rel=1e-6)
     with pytest.raises(Exception, match="cv_loss.*GCV scores squared residuals only"):
         TASKS.load(str(config), ["regression.cv=gcv", "regression.cv_loss=absolute"])
 

@@ -1,6 +1,12 @@
 """The run of ``task: md-force-field``: frames → split → every model at every training size →
 ``report.json``, ``config.yaml``, ``metrics.csv``, ``learning_curve_energy.png`` and
-``learning_curve_forces.png``."""
+``learning_curve_forces.png``.
+
+Each record gives the energy and force MAEs with their bootstrap 95 % intervals over the
+test frames (a frame's 3n force components resampled together,
+:func:`~molntk.regression.mean_error_interval`), and the report's ``comparisons`` put, at
+each training size and for energies and forces apart, the model of the lowest MAE against
+every other one on the same frames (:mod:`molntk.pipelines.comparisons`)."""
 
 from __future__ import annotations
 
@@ -18,10 +24,11 @@ from molntk.models.fchl19_force_field import FCHL19ForceField, SparseFCHL19Force
 from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.models.sgdml_baseline import SGDMLForceField
 from molntk.models.so3_ntk import SO3NTKRegressor
+from molntk.pipelines.comparisons import lowest_against_others
 from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, write_metrics_csv, write_report
 from molntk.pipelines.md.config import MDForceFieldConfig, MDSplitConfig
 from molntk.pipelines.md.fits import FOLDER, KERNEL_FOLDER, FitStore
-from molntk.regression.metrics import mae, rmse
+from molntk.regression.metrics import mae, mean_error_interval, rmse
 from molntk.scale.devices import torch_threads
 from molntk.scale.progress import Progress
 from molntk.utils.files import sha256_file
@@ -43,6 +50,10 @@ def frames_path(config: MDForceFieldConfig) -> Path:
                          f"`python data/md/make_md_trajectories.py --molecules {config.data.molecule}` (needs molntk[md])")
     return path
 
+
+#: Key of a record's per-frame absolute errors (``energy``: |E − Ê|; ``force_sums``: Σ |F − F̂|
+#: over the frame's components), kept in the fit cache and taken out by :func:`paired_comparisons`.
+FRAME_ERRORS = "frame_errors"
 
 #: Config key of each model section → the model's name in the records.
 MODEL_KEYS = {"so3_forces": "so3-ntk-forces", "so3_forces_exact": "so3-ntk-forces-exact", "so3_energy": "so3-ntk-energy",
@@ -103,14 +114,47 @@ def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray
     e_pred, f_pred = estimator.predict_forces(pick(test), return_energy=True)
     predict_seconds = time.perf_counter() - tic
     f_true, f_flat = np.concatenate([data.forces[i] for i in test]).ravel(), np.concatenate(f_pred).ravel()
+    energy_errors = np.abs(energies[test] - np.asarray(e_pred))
+    force_sums = np.array([np.abs(np.asarray(data.forces[i]) - np.asarray(f)).sum() for i, f in zip(test, f_pred)])
+    energy_ci = mean_error_interval(energy_errors)
+    force_ci = mean_error_interval(force_sums, force_counts(data, test))
     return {
         "model": name, "n_train": len(train), "n_test": len(test),
-        "energy_mae": mae(energies[test], e_pred), "energy_rmse": rmse(energies[test], e_pred),
-        "force_mae": mae(f_true, f_flat), "force_rmse": rmse(f_true, f_flat),
+        "energy_mae": mae(energies[test], e_pred), "energy_mae_ci95_low": energy_ci[0], "energy_mae_ci95_high": energy_ci[1],
+        "energy_rmse": rmse(energies[test], e_pred),
+        "force_mae": mae(f_true, f_flat), "force_mae_ci95_low": force_ci[0], "force_mae_ci95_high": force_ci[1],
+        "force_rmse": rmse(f_true, f_flat),
         "energy_unit": unit, "force_unit": f"{unit}/Å",
         "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
         "chosen": chosen_hyperparameters(estimator),
+        FRAME_ERRORS: {"energy": energy_errors.tolist(), "force_sums": force_sums.tolist()},
     }
+
+
+def force_counts(data: LabelledData, frames: np.ndarray) -> np.ndarray:
+    """The number of force components 3n of each of ``frames``."""
+    return np.array([np.asarray(data.forces[i]).size for i in frames], dtype=np.float64)
+
+
+def paired_comparisons(records: list[dict[str, Any]], counts: np.ndarray) -> list[dict[str, Any]]:
+    """At each training size, for ``energy`` and ``forces`` apart (``quantity``), the lowest MAE
+    against every other model on the same test frames (:func:`~molntk.pipelines.comparisons.lowest_against_others`;
+    ``counts``: the test frames' force components): rows ``{"quantity", "n_train", "model",
+    "against", "mae_difference", "ci95_low", "ci95_high", "resolved"}``. Takes each record's
+    per-frame errors out of it; a record without them (stored by an earlier molntk) is not
+    compared."""
+    by_size: dict[int, list[tuple[str, dict[str, Any], dict[str, list[float]]]]] = {}
+    for record in records:
+        errors = record.pop(FRAME_ERRORS, None)
+        if errors is not None:
+            by_size.setdefault(record["n_train"], []).append((record["model"], record, errors))
+    rows = []
+    for n, entries in by_size.items():
+        for quantity, key, errors_key, per_frame in (("energy", "energy_mae", "energy", None),
+                                                      ("forces", "force_mae", "force_sums", counts)):
+            scores = [(model, record[key], np.asarray(errors[errors_key])) for model, record, errors in entries]
+            rows += [{"quantity": quantity, "n_train": n, **row} for row in lowest_against_others(scores, per_frame)]
+    return rows
 
 
 def chosen_hyperparameters(estimator: Any) -> dict[str, Any]:
@@ -120,7 +164,8 @@ def chosen_hyperparameters(estimator: Any) -> dict[str, Any]:
 
 
 def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the learning curves, write the files and return ``{"output", "results", "data",
+    """Run the learning curves, write the files and return ``{"output", "results", "comparisons"
+    (:func:`paired_comparisons`), "data",
     "failures", "failed_fits", "skipped_fits", "wall_seconds"}``; ``progress("fits", done,
     total)`` after each fit. A model is fitted at the sizes up to its ``max_n_train``; the
     others are listed in ``skipped_fits``. Each fit's record is stored as it finishes
@@ -164,6 +209,7 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     if not records:
         raise MolntkError("md-force-field: every fit failed: " + "; ".join(
             f"{f['model']} at n_train {f['n_train']}: {f['error']}" for f in failed))
+    comparisons = paired_comparisons(records, force_counts(data, test))
     described = {"file": str(path), "sha256": frames_sha256, "n_frames": len(data.molecules),
                  "formula": data.molecules[0].formula, "n_atoms": data.molecules[0].n_atoms,
                  "energy_key": config.data.energy_key}
@@ -176,8 +222,8 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
                             filename="learning_curve_forces.png")
         wall = time.perf_counter() - start
         write_report(stage, config=config.to_dict(), records=records,
-                     extra={"data": described, "read_failures": failures, "failed_fits": failed, "skipped_fits": skipped,
-                            "test_frames": test.tolist(), "wall_seconds": wall})
+                     extra={"comparisons": comparisons, "data": described, "read_failures": failures, "failed_fits": failed,
+                            "skipped_fits": skipped, "test_frames": test.tolist(), "wall_seconds": wall})
         write_metrics_csv(stage, [{k: v for k, v in r.items() if k != "chosen"} for r in records])
-    return {"output": str(out), "results": records, "data": described, "failures": failures, "failed_fits": failed,
-            "skipped_fits": skipped, "wall_seconds": wall}
+    return {"output": str(out), "results": records, "comparisons": comparisons, "data": described, "failures": failures,
+            "failed_fits": failed, "skipped_fits": skipped, "wall_seconds": wall}

@@ -21,7 +21,9 @@ predictions):
    a rerun finds the blocks (and their recorded times) in the cache.
 4. Per target and training size: the dressed-atom model is fitted (floor, and the
    baseline whose residual the kernels learn for extensive energies), then kernel ridge
-   on the residual with λ by CV; MAE, RMSE, R² on the test set; the invariance error is
+   on the residual with λ by CV; MAE (with its bootstrap 95 % interval), RMSE, R² on the
+   test set, and at each size the lowest-MAE model against every other with the paired
+   bootstrap interval of the MAE difference on the same test molecules; the invariance error is
    the standard deviation of a molecule's predictions over its original and rotated
    copies, averaged over the invariance set, in target units.
 5. With a ``sparse`` section: the listed models again as sparse models on inducing atom

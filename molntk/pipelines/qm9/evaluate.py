@@ -5,7 +5,14 @@
   it is the floor of every learning curve and, for extensive energies, the baseline
   whose residual y − Σ_Z c_Z n_Z the kernel models learn;
 - a record: MAE, RMSE and R² of the test predictions (:func:`~molntk.regression.regression_metrics`),
-  with the model, target, training size, unit, times and what else a model adds;
+  the bootstrap 95 % interval of the MAE over the test molecules (``mae_ci95_low``,
+  ``mae_ci95_high``: :func:`~molntk.regression.mae_interval`), with the model, target,
+  training size, unit, times and what else a model adds;
+- the paired comparisons: at each target and training size, the model of the lowest test
+  MAE against every other, MAE(other) − MAE(lowest) with its paired bootstrap 95 %
+  interval over the same test molecules; ``resolved`` when the interval lies above 0, i.e.
+  the test molecules tell the two models apart (:func:`paired_comparisons`,
+  :mod:`molntk.pipelines.comparisons`);
 - the invariance error: the standard deviation of a molecule's predictions over its
   original and its rotated copies, averaged over the invariance set, in target units;
 - the calibration of a model that gives a predictive std (exact kernel ridge by
@@ -24,11 +31,14 @@ import numpy as np
 
 from molntk.data.molecule import Molecule
 from molntk.data.qm9 import QM9_ELEMENTS
+from molntk.pipelines.comparisons import lowest_against_others
 from molntk.pipelines.qm9.sets import QM9Sets
-from molntk.regression import DressedAtomModel, calibration_metrics, element_counts, regression_metrics
+from molntk.regression import DressedAtomModel, calibration_metrics, element_counts, mae_interval, regression_metrics
 
 #: Suffix of the key of a model's test-set std beside its predictions (``"<model>:std"``).
 STD_SUFFIX = ":std"
+#: Key of a record's absolute test errors |y − ŷ| (an array), taken out by :func:`paired_comparisons`.
+TEST_ERRORS = "test_errors"
 
 
 def dressed_atom(train: Sequence[Molecule], y_train: np.ndarray, *others: Sequence[Molecule],
@@ -58,9 +68,28 @@ def invariance_error(pred_test: np.ndarray, pred_rot: np.ndarray, n_rotations: i
 
 def metrics_record(model: str, target: str, n: int, unit: str, y_true: np.ndarray, y_pred: np.ndarray,
                    **extra: Any) -> dict[str, Any]:
-    """``{"model", "target", "n_train", "mae", "rmse", "r2", "unit", **extra}`` of test predictions ``y_pred``."""
+    """``{"model", "target", "n_train", "mae", "mae_ci95_low", "mae_ci95_high", "rmse", "r2", "unit",
+    **extra, "test_errors"}`` of test predictions ``y_pred`` (module docstring; ``test_errors``:
+    |y − ŷ| per molecule, for :func:`paired_comparisons`, which takes it out)."""
     metrics = regression_metrics(y_true, y_pred)
-    return {"model": model, "target": target, "n_train": n, **metrics, "unit": unit, **extra}
+    low, high = mae_interval(y_true, y_pred)
+    return {"model": model, "target": target, "n_train": n, "mae": metrics["mae"], "mae_ci95_low": low,
+            "mae_ci95_high": high, "rmse": metrics["rmse"], "r2": metrics["r2"], "unit": unit, **extra,
+            TEST_ERRORS: np.abs(np.asarray(y_true) - np.asarray(y_pred))}
+
+
+def paired_comparisons(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The paired comparisons of the module docstring (:func:`~molntk.pipelines.comparisons.lowest_against_others`
+    per target and training size), one row per pair: ``{"target", "n_train", "model"`` (the
+    lowest test MAE at that size), ``"against", "mae_difference"`` (≥ 0), ``"ci95_low",
+    "ci95_high", "resolved"}``. Takes each record's test errors out of it (``records`` are
+    then as written to the report)."""
+    groups: dict[tuple[str, int], list[tuple[str, float, np.ndarray]]] = {}
+    for record in records:
+        errors = record.pop(TEST_ERRORS)
+        groups.setdefault((record["target"], record["n_train"]), []).append((record["model"], record["mae"], errors))
+    return [{"target": target, "n_train": n, **row}
+            for (target, n), scores in groups.items() for row in lowest_against_others(scores)]
 
 
 def dressed_atom_records(sets: QM9Sets, targets: list[str], records: list, predictions: dict) -> None:
@@ -102,7 +131,10 @@ def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int
     fitted regressor with ``predict`` and the fitted attributes ``reg_relative_``, ``solver_``,
     ``cv_result_`` and the solver diagnostics it has of ``condition_number_``,
     ``eigenvalues_clipped_``, ``iterations_``, ``jitter_``), predictions from its kernels against
-    the test set and the rotated copies; ``kernel_seconds`` (training, test) are added to
+    the test set and the rotated copies; the record gives the cross-validation criterion
+    (``cv_criterion``: loo, kfold or gcv) and its error on the training molecules at the chosen
+    λ in target units (``cv_error``: the RMSE, or the MAE with ``regression.cv_loss:
+    absolute``; None each where λ was not chosen by CV); ``kernel_seconds`` (training, test) are added to
     the measured fit and predict times; ``extra`` goes into the record. With ``test_diag``
     (the test molecules' self-kernels) a model that gives a std (a fitted ``amplitude_``) is
     scored by :func:`calibration` (not timed); its std at the largest size goes beside its
@@ -120,6 +152,7 @@ def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int
     pred = base_test + model.predict(test_kernel)
     predict_seconds = kernel_seconds[1] + time.perf_counter() - start
     pred_rot = base_rot + model.predict(rotated_kernel) if sets.n_rotated else np.zeros(0)
+    cv = model.cv_result_
     if n == sets.sizes[-1]:
         predictions.setdefault(target, {})[name] = pred.tolist()
     if test_diag is not None:
@@ -130,7 +163,8 @@ def evaluate_model(sets: QM9Sets, name: str, target: str, residual: bool, n: int
         fit_seconds=fit_seconds, predict_seconds=predict_seconds,
         invariance_error=invariance_error(pred, pred_rot, sets.n_rotations),
         hyperparameters=hyperparameters, reg_relative=model.reg_relative_, solver=model.solver_,
-        reg_at_grid_edge=None if model.cv_result_ is None else model.cv_result_.at_grid_edge,
+        reg_at_grid_edge=None if cv is None else cv.at_grid_edge, cv_criterion=None if cv is None else cv.criterion,
+        cv_error=None if cv is None else cv.best_error * float(np.mean(model.target_scale_)),
         **solver_diagnostics(model), **extra,
     )
 

@@ -2,7 +2,9 @@
 
 Writes into ``results/<config name>/`` (or ``output``): ``report.json`` (records with
 ``model``, ``target``, ``n_train``, ``mae``, ``rmse``, ``r2``, ``unit``, ``fit_seconds``,
-``predict_seconds``, ``invariance_error``, …; plus the hyperparameter ``search``, whose
+``predict_seconds``, ``invariance_error``, ``mae_ci95_low``/``high``, …; the paired
+``comparisons`` of the models at each size, :func:`~molntk.pipelines.qm9.evaluate.paired_comparisons`;
+plus the hyperparameter ``search``, whose
 chosen rows flag ``hyperparameter_at_grid_edge`` when CV chose an end of a model's σ, ζ or
 width grid, and kernel times), ``metrics.csv``, ``learning_curve.png`` (log–log MAE against n_train, the 43 meV
 chemical-accuracy line for energies in meV; one file per target, suffixed with the

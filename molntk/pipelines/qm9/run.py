@@ -14,7 +14,7 @@ from molntk.molecular import MoleculeSet
 from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
 from molntk.pipelines.qm9.candidates import CONFIG_KEYS, build_candidates, dtype_and_device
 from molntk.pipelines.qm9.config import FileDataConfig, QM9PropertyConfig, SO3Candidate
-from molntk.pipelines.qm9.evaluate import dressed_atom_records, residual_targets
+from molntk.pipelines.qm9.evaluate import dressed_atom_records, paired_comparisons, residual_targets
 from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels
 from molntk.pipelines.qm9.models import model_from_kernels
 from molntk.pipelines.qm9.sets import QM9Sets, load_sets
@@ -54,7 +54,8 @@ def run_qm9_property(
     cache_dir: Path | None = None,
     matrices_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the pipeline; returns ``{"records", "search", "predictions", "kernel_seconds",
+    """Run the pipeline; returns ``{"records", "comparisons"`` (:func:`~molntk.pipelines.qm9.evaluate.paired_comparisons`),
+    ``"search", "predictions", "kernel_seconds",
     "kernel_blocks", "sizes", …, "models"}`` (``kernel_blocks``: {computed, from_cache}
     counts of the kernel blocks; ``models``: target → its fitted SO(3) model,
     :func:`saves_so3_model`). Kernel blocks are cached under ``cache_dir`` when given; with
@@ -70,8 +71,10 @@ def run_qm9_property(
             assembler = BlockAssembler(executor, cache_dir, compute.block_molecules, compute.memory_budget_mb,
                             matrices_dir if compute.storage == "disk" else None)
             records, search, predictions, kernel_seconds, models = _run_models(config, source, sets, assembler, progress)
+    comparisons = paired_comparisons(records)
     return {
         "records": records,
+        "comparisons": comparisons,
         "search": search,
         "predictions": predictions,
         "kernel_seconds": kernel_seconds,

@@ -103,7 +103,8 @@ def main() -> None:
                 candidates = chosen_candidates(run, config, sets.composition, reduce,
                                                sets.train_molecules[: config.learning_curve.n_select])
                 for name, candidate in candidates.items():
-                    shells = shell_kernels(block_kernel(candidate, sets.molecules), sets, assembler, None, name, [n])
+                    # blocks cut at every size of the run, as it cut them: its cached blocks
+                    shells = shell_kernels(block_kernel(candidate, sets.molecules), sets, assembler, None, name)
                     result, loo = analyse(np.asarray(shells.train), y, config.regression.psd_rtol, candidate.quadrature,
                                           config.regression.cv_loss)
                     shells.release()

@@ -26,7 +26,7 @@ Where an item holds several errors (an MD frame's 3n force components) the MAE i
 Σ_i e_i / Σ_i c_i of per-item error sums e_i and counts c_i, and whole items are resampled
 (:func:`mean_error_interval`, :func:`paired_error_difference`).
 ``scipy.stats.bootstrap``, percentile method, :data:`BOOTSTRAP_RESAMPLES` resamples; the
-ends of a 95 % interval carry a Monte Carlo error of ≈ 2 % of its half-width.
+ends of a 95 % interval carry a Monte Carlo error of ≈ 3 % of its half-width.
 """
 
 from __future__ import annotations

@@ -141,3 +141,5 @@ def test_grouped_errors_resample_whole_items_like_a_numpy_cluster_bootstrap():
     assert diff["ci_high"] < 0
     with pytest.raises(InputError, match="counts"):
         mean_error_interval(sums, counts[:-1])
+    with pytest.raises(InputError, match="errors.*non-finite"):
+        mean_error_interval(np.array([1.0, np.nan]))

@@ -28,6 +28,16 @@ IMAGE_COLUMNS = [
 ]
 
 
+def print_comparisons(rows: list[dict[str, Any]], leading: list[tuple[str, str, str]], difference: str,
+                      title: str) -> None:
+    """A report's paired comparisons (:mod:`molntk.pipelines.comparisons`) as a table: the
+    ``leading`` columns, the lowest-MAE model, the other one, the MAE difference (header
+    ``difference``) with its paired 95 % interval, and "yes"/"no" for resolved."""
+    columns = [*leading, ("model", "lowest MAE", "s"), ("against", "against", "s"), ("mae_difference", difference, ".3g"),
+               ("ci95_low", "paired 95 % CI", ".3g"), ("ci95_high", "", ".3g"), ("resolved", "resolved", "s")]
+    print_results_table([{**row, "resolved": "yes" if row["resolved"] else "no"} for row in rows], columns, title)
+
+
 def show_qm9_summary(config: QM9SummaryConfig, result: dict[str, Any]) -> None:
     """Tables of a ``qm9-summary`` result."""
     print_qm9_summary(result, title=f"{config.name}: QM9 ({config.data.source})")
@@ -56,14 +66,9 @@ def show_qm9_property(config: QM9PropertyConfig, result: dict[str, Any]) -> None
              ("fit_seconds", "fit s", ".2f"), ("predict_seconds", "predict s", ".2f")],
             title=f"{config.name}: {target} on {result['n_test']} test molecules ({result['device']}, {result['dtype']})",
         )
-        pairs = [{**c, "resolved": "yes" if c["resolved"] else "no"} for c in result["comparisons"] if c["target"] == target]
-        print_results_table(
-            pairs,
-            [("n_train", "n_train", "d"), ("model", "lowest MAE", "s"), ("against", "against", "s"),
-             ("mae_difference", f"MAE difference ({unit})", ".3g"), ("ci95_low", "paired 95 % CI", ".3g"),
-             ("ci95_high", "", ".3g"), ("resolved", "resolved", "s")],
-            title=f"{target}: the lowest MAE against the other models, on the same test molecules",
-        )
+        print_comparisons([c for c in result["comparisons"] if c["target"] == target], [("n_train", "n_train", "d")],
+                          f"MAE difference ({unit})",
+                          f"{target}: the lowest MAE against the other models, on the same test molecules")
     chosen = [{**r, "candidate": r["candidate"] + (" (grid edge)" if r.get("hyperparameter_at_grid_edge") else "")}
               for r in result["search"] if r.get("chosen")]
     cv_error = ("cv_mae", "CV MAE", ".4g") if any("cv_mae" in r for r in chosen) else ("cv_rmse", "CV RMSE", ".4g")
@@ -182,19 +187,6 @@ MD_COLUMNS = [
 ]
 
 
-#: Columns of the md-force-field comparisons table: (key, header, format).
-MD_COMPARISON_COLUMNS = [
-    ("n_train", "n_train", "d"),
-    ("quantity", "quantity", "s"),
-    ("model", "lowest MAE", "s"),
-    ("against", "against", "s"),
-    ("mae_difference", "MAE difference", ".3g"),
-    ("ci95_low", "paired 95 % CI", ".3g"),
-    ("ci95_high", "", ".3g"),
-    ("resolved", "resolved", "s"),
-]
-
-
 def show_md_force_field(config: MDForceFieldConfig, result: dict[str, Any]) -> None:
     """The records as a table (energy unit and its unit per Å; each MAE with its bootstrap
     95 % interval over the test frames), the lowest MAE against the other models on the same
@@ -206,8 +198,8 @@ def show_md_force_field(config: MDForceFieldConfig, result: dict[str, Any]) -> N
                         f"{config.name}: {data['formula']}, {result['results'][0]['n_test']} test frames "
                         f"(energies in {unit}, forces in {unit}/Å)")
     if result["comparisons"]:
-        print_results_table([{**c, "resolved": "yes" if c["resolved"] else "no"} for c in result["comparisons"]],
-                            MD_COMPARISON_COLUMNS, "the lowest MAE against the other models, on the same test frames")
+        print_comparisons(result["comparisons"], [("n_train", "n_train", "d"), ("quantity", "quantity", "s")],
+                          "MAE difference", "the lowest MAE against the other models, on the same test frames")
     for failure in result["failures"]:
         stdout().print(f"not read: {failure}")
     for fit in result["failed_fits"]:

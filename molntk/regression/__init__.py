@@ -21,6 +21,8 @@ works like ``KernelRidge(kernel="precomputed")``: ``fit(K_train, y)``, ``predict
   (K + λI) X = Y for large N;
 - :mod:`~molntk.regression.estimator`: :class:`KernelRegressor`, by eigendecomposition
   (λ by CV, finite t, variances) or, for large N, Cholesky or PCG;
+- :mod:`~molntk.regression.kernel_sum`: :class:`KernelSumRegressor`, kernel ridge on a
+  weighted sum of kernels (the NTK of networks side by side), weights and λ by CV;
 - :mod:`~molntk.regression.sparse`: :class:`SparseKernelRegressor`, kernel ridge on the
   Nyström kernel, λ by closed-form LOO or GCV;
 - :mod:`~molntk.regression.falkon`: :class:`FalkonRegressor`, the same model by Falkon's
@@ -41,6 +43,7 @@ from molntk.regression.dynamics import NTKDynamics, kernel_matrices
 from molntk.regression.estimator import KernelRegressor, PCGConvergenceWarning
 from molntk.regression.falkon import FalkonConvergenceWarning, FalkonRegressor
 from molntk.regression.gp import nngp_posterior, nngp_variance
+from molntk.regression.kernel_sum import KernelSumRegressor
 from molntk.regression.metrics import (calibration_metrics, coverage_curve, mae, mae_interval, mean_error_interval,
                                       paired_error_difference, paired_mae_difference, r2, regression_metrics, rmse)
 from molntk.regression.ntk import ntk_filter, ntk_gp_variance, ntk_mean, ntk_weights
@@ -64,6 +67,7 @@ __all__ = [
     "FalkonRegressor",
     "IllConditionedWarning",
     "KernelRegressor",
+    "KernelSumRegressor",
     "NTKDynamics",
     "PCGConvergenceWarning",
     "SparseKernelRegressor",

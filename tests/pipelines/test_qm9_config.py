@@ -206,3 +206,20 @@ def test_power_spectrum_chooses_the_overlap_of_neighbour_elements_as_the_so3_can
     assert all(c.kernel.features.element_width == 1.5 and set(c.params) == {"zeta", "radial"} for c in default)
     with pytest.raises(ConfigValidationError, match=r"element_widths"):
         TASKS.load(str(config), ["models.power_spectrum={element_widths: [0.0]}"])
+
+
+def test_a_sum_of_so3_ntks_needs_two_valid_terms_a_weight_grid_and_exact_sizes(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    term = "{layers: 'lift:3 erf pool dense'}"
+    with pytest.raises(ConfigValidationError, match=r"models.so3_ntk_sum.terms: .*at least 2"):
+        TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}]}}"])
+    with pytest.raises(ConfigValidationError, match=r"models.so3_ntk_sum.terms\[1\].layers: .*unknown layer 'tanh'"):
+        TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {{layers: 'lift:3 tanh pool dense'}}]}}"])
+    with pytest.raises(ConfigValidationError, match=r"models.so3_ntk_sum.weights\[1\]"):
+        TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {term}], weights: [0, -1]}}"])
+    with pytest.raises(ConfigValidationError, match="models.so3_ntk_sum: has exact kernels only, but sparse.exact_up_to 5"):
+        TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {term}]}}", "sparse.models=[so3_ntk]",
+                                 "sparse.environments=20", "sparse.exact_up_to=5"])
+    loaded = TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {term}]}}"])
+    assert loaded.models.so3_ntk_sum.weights == [0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0]

@@ -30,7 +30,7 @@ from molntk.scale.devices import resolve_device
 #: Report name of each model → its key in the config's ``models`` section.
 CONFIG_KEYS = {
     "so3-ntk": "so3_ntk", "mlp-ntk": "mlp_ntk", "augmented-mlp-ntk": "augmented_mlp_ntk",
-    "power-spectrum": "power_spectrum", "soap-dscribe": "soap", "fchl19": "fchl19",
+    "so3-ntk-sum": "so3_ntk_sum", "power-spectrum": "power_spectrum", "soap-dscribe": "soap", "fchl19": "fchl19",
     "cm-laplacian": "coulomb_matrix", "bob-laplacian": "bag_of_bonds",
 }
 
@@ -111,23 +111,28 @@ def power_spectrum_candidates(section: PowerSpectrumModelConfig, features: Featu
     return out
 
 
+def so3_candidate(config: QM9PropertyConfig, candidate: SO3Candidate, reduce: str,
+                  elements: Sequence[int] | None = None) -> Candidate:
+    """One SO(3) network of the config (a candidate or a term of a sum) as a run's
+    :class:`Candidate`, reduced by ``reduce``, for the element set ``elements`` (None: QM9's)."""
+    _, device = dtype_and_device(config)
+    c = candidate
+    recipe = so3_recipe(config, c, reduce, elements)
+    label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
+    if c.smearing_width is not None:
+        label += f", smearing {c.smearing_width:g} rad"
+    label += radial_label(c.radial)
+    if c.element_width is not None:
+        label += f", element width {c.element_width:g}"
+    if c.grid_band_limit is not None:
+        label += f", grid band limit {c.grid_band_limit}"
+    return Candidate(label, c.model_dump(), recipe.molecular_kernel(device), recipe.quadrature)
+
+
 def so3_candidates(config: QM9PropertyConfig, reduce: str, elements: Sequence[int] | None = None) -> list[Candidate]:
     """The SO(3) NTK's candidates (``models.so3_ntk``, which must not be null) under the
     config, reduced by ``reduce``, for the element set ``elements`` (None: QM9's)."""
-    _, device = dtype_and_device(config)
-    out = []
-    for c in config.models.so3_ntk.candidates:
-        recipe = so3_recipe(config, c, reduce, elements)
-        label = f"{c.layers} (σw={c.sigma_w:g}, σb={c.sigma_b:g})"
-        if c.smearing_width is not None:
-            label += f", smearing {c.smearing_width:g} rad"
-        label += radial_label(c.radial)
-        if c.element_width is not None:
-            label += f", element width {c.element_width:g}"
-        if c.grid_band_limit is not None:
-            label += f", grid band limit {c.grid_band_limit}"
-        out.append(Candidate(label, c.model_dump(), recipe.molecular_kernel(device), recipe.quadrature))
-    return out
+    return [so3_candidate(config, c, reduce, elements) for c in config.models.so3_ntk.candidates]
 
 
 def build_candidates(config: QM9PropertyConfig, reduce: str, reference: Sequence[Molecule],

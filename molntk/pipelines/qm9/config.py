@@ -223,6 +223,20 @@ class SO3ModelConfig(Section):
     candidates: Annotated[list[SO3Candidate], Field(min_length=1)] = [SO3Candidate(layers=RECIPE.layers)]
 
 
+class SO3SumModelConfig(Section):
+    """The NTK of several SO(3) networks side by side (each network's own layers and,
+    optionally, feature maps: a short and a long cutoff, two depths): kernel ridge on
+    Θ = Σ_i c_i Θ_i / τ_i (τ_i the mean of Θ_i's training diagonal, c_1 = 1), each of
+    c_2, … from ``weights``, chosen with λ by the ``regression`` section's CV on the training
+    molecules at every training size (above ``regression.eigh_max``: the weights and relative
+    λ of the largest size at or below it); :class:`~molntk.regression.kernel_sum.KernelSumRegressor`.
+    Exact kernels only; reported as ``so3-ntk-sum``. Cost: every term's kernel, and one
+    eigendecomposition per point of the weight grid (``len(weights)``^(terms − 1)) per size."""
+
+    terms: Annotated[list[SO3Candidate], Field(min_length=2)]
+    weights: Annotated[list[NonNegative], Field(min_length=1)] = [0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0]
+
+
 class MLPModelConfig(Section):
     """Per-atom MLP NTK on the flattened feature maps: architectures to choose from."""
 
@@ -293,10 +307,12 @@ class FCHL19ModelConfig(Section):
 
 class QM9ModelsConfig(Section):
     """The models compared side by side; ``null`` leaves one out (SOAP and FCHL19 are off
-    unless given: they need the ``baselines`` extra). The dressed-atom linear model is
+    unless given: they need the ``baselines`` extra; so is the sum of SO(3) NTKs, which
+    computes a kernel per term). The dressed-atom linear model is
     always fitted (it is the floor every model must beat)."""
 
     so3_ntk: SO3ModelConfig | None = SO3ModelConfig()
+    so3_ntk_sum: SO3SumModelConfig | None = None
     mlp_ntk: MLPModelConfig | None = MLPModelConfig()
     augmented_mlp_ntk: AugmentedMLPModelConfig | None = AugmentedMLPModelConfig()
     power_spectrum: PowerSpectrumModelConfig | None = PowerSpectrumModelConfig()
@@ -506,6 +522,15 @@ class QM9PropertyConfig(TaskConfig):
                 raise FieldError("sparse.models", f"lists {name!r}, but models.{name} is null")
             if name == "so3_ntk" and self.kernel.pairing == "atom-index":
                 raise FieldError("sparse.models", "a sparse so3_ntk needs kernel.pairing 'element' or 'shared', not 'atom-index'")
+        return self
+
+    @model_validator(mode="after")
+    def _sum_has_exact_sizes(self) -> QM9PropertyConfig:
+        """The sum of SO(3) NTKs has exact kernels only: some size must be up to ``sparse.exact_up_to``."""
+        limit = None if self.sparse is None else self.sparse.exact_up_to
+        if self.models.so3_ntk_sum is not None and limit is not None and limit < self.learning_curve.n_train[0]:
+            raise FieldError("models.so3_ntk_sum", f"has exact kernels only, but sparse.exact_up_to {limit} is below "
+                             f"the smallest n_train {self.learning_curve.n_train[0]}")
         return self
 
     @model_validator(mode="after")

@@ -28,6 +28,7 @@ from molntk.pipelines.qm9.config import QM9PropertyConfig
 from molntk.pipelines.qm9.evaluate import evaluate_model
 from molntk.pipelines.qm9.sets import QM9Sets
 from molntk.regression import KernelRegressor
+from molntk.regression.kernel_sum import KernelSumRegressor
 from molntk.regression.selection import lambda_grid
 from molntk.regression.solvers import cholesky_fits
 from molntk.scale.memory import available_ram_bytes
@@ -49,16 +50,23 @@ def fit_kernel_ridge(K: np.ndarray, y: np.ndarray, config: QM9PropertyConfig, qu
     by CV at a smaller nested size, and (K + λI) W = y solved by Cholesky (when its factor
     fits a quarter of the available RAM, or ``large_solver: cholesky``) or by PCG.
     """
+    mean_diag = None if reg_relative is None else float(np.mean(np.diagonal(K)))
+    return kernel_ridge(config, quadrature, len(K), reg_relative, mean_diag).fit(K, y)
+
+
+def kernel_ridge(config: QM9PropertyConfig, quadrature: bool, n: int, reg_relative: float | None = None,
+                 mean_diag: float | None = None) -> KernelRegressor:
+    """The unfitted regressor of :func:`fit_kernel_ridge` for n training molecules: λ by CV,
+    or (with ``reg_relative``) λ = reg_relative · ``mean_diag`` (the training kernel's mean
+    diagonal) and the large-N solver."""
     reg = config.regression
     if reg_relative is None:
         grid = lambda_grid(reg.psd_rtol, quadrature)
-        return KernelRegressor("ntk", reg="cv", cv=reg.cv, cv_loss=reg.cv_loss, psd_rtol=reg.psd_rtol,
-                               relative_grid=grid).fit(K, y)
+        return KernelRegressor("ntk", reg="cv", cv=reg.cv, cv_loss=reg.cv_loss, psd_rtol=reg.psd_rtol, relative_grid=grid)
     solver = reg.large_solver
     if solver == "auto":
-        solver = "cholesky" if cholesky_fits(len(K), available_ram_bytes() // 4) else "pcg"
-    lam = reg_relative * float(np.mean(np.diagonal(K)))
-    return KernelRegressor("ntk", reg=lam, solver=solver, pcg_tol=reg.pcg_tol, psd_rtol=reg.psd_rtol).fit(K, y)
+        solver = "cholesky" if cholesky_fits(n, available_ram_bytes() // 4) else "pcg"
+    return KernelRegressor("ntk", reg=reg_relative * mean_diag, solver=solver, pcg_tol=reg.pcg_tol, psd_rtol=reg.psd_rtol)
 
 
 #: Key of a search row's CV error, by ``regression.cv_loss``.
@@ -190,5 +198,39 @@ def exact_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: ShellKernel
             hyperparameters=chosen.label, test_diag=kernels.test_diag,
         )
         reg_relative = reg_relative if large else record["reg_relative"]
+        records.append(record)
+    return records
+
+
+def sum_records(config: QM9PropertyConfig, sets: QM9Sets, terms: Sequence[ShellKernels], name: str,
+                chosen: Sequence[Candidate], weights: Sequence[float], target: str, residual: bool,
+                sizes: Sequence[int], predictions: dict) -> list[dict[str, Any]]:
+    """Records of kernel ridge on the weighted sum of the ``terms``' kernels (the kernels of
+    the networks ``chosen``) for ``target`` at each training size: the weights (c_2, … from
+    ``weights``) and λ by CV on the training molecules
+    (:class:`~molntk.regression.kernel_sum.KernelSumRegressor`); above
+    ``regression.eigh_max`` the weights and relative λ of the largest size at or below it
+    (the sum's mean diagonal is Σ_i c_i, as each term is divided by its own). Each record
+    gives the chosen ``term_weights`` (c_1 = 1, …), also in its ``hyperparameters``."""
+    quadrature = any(c.quadrature for c in chosen)
+    records: list[dict[str, Any]] = []
+    fixed: tuple[tuple[float, ...], float] | None = None  # (weights, relative λ) of the largest size ≤ eigh_max
+    for k, n in enumerate(sizes):
+        large = n > config.regression.eigh_max
+        if large and fixed is not None:
+            model = KernelSumRegressor(kernel_ridge(config, quadrature, n, fixed[1], sum(fixed[0])), [fixed[0][1:]])
+        else:
+            model = KernelSumRegressor(kernel_ridge(config, quadrature, n), weights)
+        record = evaluate_model(
+            sets, name, target, residual, n, predictions,
+            fit=lambda z, n=n, model=model: model.fit([t.train[:n, :n] for t in terms], z),
+            test_kernel=[t.test[:, :n] for t in terms], rotated_kernel=[t.rotated[:, :n] for t in terms],
+            kernel_seconds=(sum(float(t.train_seconds[k]) for t in terms), sum(float(t.test_seconds[k]) for t in terms)),
+            hyperparameters="", test_diag=[t.test_diag for t in terms],
+        )
+        record["hyperparameters"] = " + ".join(f"{w:g}·[{c.label}]" for w, c in zip(model.weights_, chosen))
+        record["term_weights"] = list(model.weights_)
+        if not large:
+            fixed = (model.weights_, record["reg_relative"])
         records.append(record)
     return records

@@ -12,10 +12,10 @@ import torch
 from molntk.models import SO3NTKRegressor
 from molntk.molecular import MoleculeSet
 from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
-from molntk.pipelines.qm9.candidates import CONFIG_KEYS, build_candidates, dtype_and_device
+from molntk.pipelines.qm9.candidates import CONFIG_KEYS, build_candidates, dtype_and_device, so3_candidate
 from molntk.pipelines.qm9.config import FileDataConfig, QM9PropertyConfig, SO3Candidate
 from molntk.pipelines.qm9.evaluate import dressed_atom_records, paired_comparisons, residual_targets
-from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels
+from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels, sum_records
 from molntk.pipelines.qm9.models import model_from_kernels
 from molntk.pipelines.qm9.sets import QM9Sets, load_sets
 from molntk.pipelines.qm9.sparse import SUFFIX, sparse_kernels, sparse_records
@@ -152,4 +152,31 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
                     records += sparse_records(config, sets, sparse, name, chosen, target, residual[target], predictions)
                 sparse.release()
             sets.molecules.release()  # feature maps and descriptors: computed again by a model that needs them
+        if config.models.so3_ntk_sum is not None and exact_sizes:
+            records += _sum_records(config, sets, assembler, progress, reduce, targets, residual, exact_sizes,
+                                    predictions, kernel_seconds)
     return records, search, predictions, kernel_seconds, models
+
+
+def _sum_records(config: QM9PropertyConfig, sets: QM9Sets, assembler: BlockAssembler, progress: Progress | None,
+                 reduce: str, targets: list[str], residual: dict[str, bool], sizes: list[int], predictions: dict,
+                 kernel_seconds: list) -> list[dict[str, Any]]:
+    """The sum of SO(3) NTKs (``models.so3_ntk_sum``): each term's kernel from the block
+    assembler (its blocks shared with an ``so3_ntk`` candidate of the same network), then
+    the weighted sum's records of each target (:func:`~molntk.pipelines.qm9.exact.sum_records`)."""
+    section = config.models.so3_ntk_sum
+    terms = [so3_candidate(config, term, reduce, sets.composition.elements) for term in section.terms]
+    shells = []
+    for i, term in enumerate(terms):
+        shells.append(shell_kernels(block_kernel(term, sets.molecules), sets, assembler, progress,
+                                    f"so3-ntk-sum-term{i + 1}-{reduce}", sizes))
+        sets.molecules.release()
+    kernel_seconds.append({"model": "so3-ntk-sum", "reduce": reduce, "train": sum(float(s.train_seconds[-1]) for s in shells),
+                           "test": sum(float(s.test_seconds[-1]) for s in shells), "storage": shells[0].storage})
+    records = []
+    for target in targets:
+        records += sum_records(config, sets, shells, "so3-ntk-sum", terms, section.weights, target, residual[target],
+                               sizes, predictions)
+    for s in shells:
+        s.release()
+    return records

@@ -1,0 +1,119 @@
+"""The sum of SO(3) NTKs in a ``qm9-property`` run (``models.so3_ntk_sum``): its records
+against kernel ridge computed here on the two networks' own kernels (each computed from its
+recipe, not from the run's block assembler), the λ search done by the plain regressor for
+each weight; the refit above ``eigh_max`` with the weights and relative λ of the largest
+size below; weight 0 is the first network alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from molntk.cli.main import app
+from molntk.data.splits import standard_split
+from molntk.pipelines.qm9.candidates import so3_recipe
+from molntk.pipelines.qm9.config import SO3Candidate
+from molntk.pipelines.qm9.evaluate import dressed_atom
+from molntk.pipelines.tasks import TASKS
+from molntk.regression import KernelRegressor
+from molntk.regression.selection import lambda_grid
+from tests.helpers.qm9_configs import SMALL
+
+FIRST = "{layers: 'lift:3 erf pool dense', sigma_w: 1.0, sigma_b: 0.1}"
+SECOND = "{layers: 'lift:3 erf pool dense', sigma_w: 1.0, sigma_b: 0.1, radial: {kind: gaussian, n: 4, r_min: 0.7, r_cut: 3.0}}"
+WEIGHTS = [0.0, 0.3, 3.0]
+
+
+def run_sum(tmp_path, weights, name):
+    """``molntk run`` of the small config (sizes 10, 18, 24; eigh_max 18) with the sum of the
+    two networks; its config and records."""
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(
+        SMALL.replace("n_train: [10, 24]", "n_train: [10, 18, 24]").replace("power_spectrum: {zetas: [1, 2]}}", "power_spectrum: null}")
+    )
+    result = CliRunner().invoke(app, ["run", str(config), "--json", "--set", f"output={tmp_path / name}",
+                                      "--set", "regression.eigh_max=18",
+                                      "--set", f"models.so3_ntk_sum={{terms: [{FIRST}, {SECOND}], weights: {weights}}}"])
+    assert result.exit_code == 0, result.output
+    records = json.loads((tmp_path / name / "report.json").read_text())["results"]
+    return TASKS.load(config), records
+
+
+@pytest.fixture(scope="module")
+def sum_run(tmp_path_factory):
+    return run_sum(tmp_path_factory.mktemp("so3_sum"), WEIGHTS, "sum")
+
+
+def test_the_sum_is_kernel_ridge_on_the_weighted_sum_of_the_networks_kernels(sum_run, qm9):
+    config, records = sum_run
+    split = standard_split(len(qm9), 0)
+    train, test = qm9.molecules(split.train[:24].tolist()), qm9.molecules(split.test[:8].tolist())
+    y, y_test = qm9.target("u0_atom")[split.train[:24]], qm9.target("u0_atom")[split.test[:8]]
+    kernels, quadrature = [], False
+    for text in (FIRST, SECOND):
+        recipe = so3_recipe(config, SO3Candidate(**yaml.safe_load(text)), "sum")
+        quadrature |= recipe.quadrature
+        kernel = recipe.molecular_kernel()
+        environments = recipe.environments(train)
+        kernels.append((kernel(environments).ntk.double().numpy(), kernel(recipe.environments(test), environments).ntk.double().numpy()))
+    grid = lambda_grid(config.regression.psd_rtol, quadrature)
+    sums = {r["n_train"]: r for r in records if r["model"] == "so3-ntk-sum"}
+    chosen = None
+    for n in (10, 18, 24):
+        base_train, base_test = dressed_atom(train[:n], y[:n], test)
+        tau = [np.mean(np.diag(K[:n, :n])) for K, _ in kernels]
+
+        def summed(c, n=n, tau=tau):
+            return (kernels[0][0][:n, :n] / tau[0] + c * kernels[1][0][:n, :n] / tau[1],
+                    kernels[0][1][:, :n] / tau[0] + c * kernels[1][1][:, :n] / tau[1])
+
+        if n <= 18:  # every weight with its own λ search; the lowest CV error wins
+            fits = {c: KernelRegressor("ntk", reg="cv", psd_rtol=config.regression.psd_rtol, relative_grid=grid)
+                       .fit(summed(c)[0], y[:n] - base_train) for c in WEIGHTS}
+            chosen = min(WEIGHTS, key=lambda c: fits[c].cv_result_.best_error)
+            model, rel = fits[chosen], fits[chosen].reg_relative_
+        else:  # above eigh_max: the weights and relative λ of n = 18, solved by Cholesky
+            model = KernelRegressor("ntk", reg=rel * (1 + chosen), solver="cholesky").fit(summed(chosen)[0], y[:n] - base_train)
+        record = sums[n]
+        assert record["term_weights"] == [1.0, chosen]
+        assert record["hyperparameters"].startswith(f"1·[lift:3 erf pool dense") and f" + {chosen:g}·[" in record["hyperparameters"]
+        pred = base_test + model.predict(summed(chosen)[1])
+        # the same kernels assembled in blocks by the run: rounding, amplified by cond(K + λI)
+        assert record["mae"] == pytest.approx(np.abs(pred - y_test).mean(), rel=1e-6)
+    assert sums[24]["solver"] == "cholesky" and sums[18]["solver"] == "eigh"
+    assert sums[24]["reg_relative"] == pytest.approx(sums[18]["reg_relative"], rel=1e-12)
+
+
+def test_weight_zero_is_the_first_network_alone(tmp_path, sum_run):
+    _, records = run_sum(tmp_path, [0.0], "zero")
+    single = {r["n_train"]: r for r in sum_run[1] if r["model"] == "so3-ntk"}  # the config's candidate = FIRST
+    for r in records:
+        if r["model"] == "so3-ntk-sum":
+            assert r["term_weights"] == [1.0, 0.0]
+            assert r["mae"] == pytest.approx(single[r["n_train"]]["mae"], rel=1e-9)
+            assert r["reg_relative"] == pytest.approx(single[r["n_train"]]["reg_relative"], rel=1e-12)
+
+
+def test_the_shipped_exact_config_runs_the_sum_beside_its_parts_at_small_n(tmp_path):
+    """configs/qm9_u0_exact.yaml as shipped, the sizes shrunk: the sum, its 3 Å network alone
+    and the power spectrum at every size, the sum's weights from the config's grid, and
+    the 3 Å network's kernel blocks read from the cache by the sum's first term."""
+    config = Path(__file__).parents[2] / "configs" / "qm9_u0_exact.yaml"
+    shrink = ["learning_curve.n_train=[12,20]", "learning_curve.n_test=6", "invariance.n_molecules=2",
+              "kernel.threads=1", f"output={tmp_path / 'exact'}"]
+    result = CliRunner().invoke(app, ["run", str(config), "--json", *[a for kv in shrink for a in ("--set", kv)]])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)["result"]
+    models = ("dressed-atom", "so3-ntk", "power-spectrum", "so3-ntk-sum")
+    assert {(r["model"], r["n_train"]) for r in document["records"]} == {(m, n) for m in models for n in (12, 20)}
+    grid = TASKS.load(config).models.so3_ntk_sum.weights
+    for r in document["records"]:
+        if r["model"] == "so3-ntk-sum":
+            assert r["term_weights"][0] == 1.0 and r["term_weights"][1] in grid and np.isfinite(r["mae"])
+    n_blocks = document["kernel_blocks"]
+    assert n_blocks["from_cache"] > 0  # the sum's first term = the so3_ntk candidate: its blocks are reused

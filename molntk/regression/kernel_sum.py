@@ -36,7 +36,7 @@ from molntk.errors import InputError
 from molntk.regression import validation
 from molntk.regression.estimator import KernelRegressor
 
-#: The default grid of the weights c_2, …, c_k: a decade and a half each side of an equal sum.
+#: The default grid of each weight c_2, …, c_k: the term left out, then 1 % to 3 × the first kernel's trace.
 DEFAULT_WEIGHTS = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 
 

@@ -34,6 +34,7 @@ from molntk.features.environments import FeatureConfig
 from molntk.features.radial import radial_basis_from_dict
 from molntk.kernels.so3.spec import parse_architecture
 from molntk.models import SO3ModelRecipe
+from molntk.regression.kernel_sum import DEFAULT_WEIGHTS
 
 #: The SO(3) model defaults every section below takes its own from.
 RECIPE = SO3ModelRecipe()
@@ -234,7 +235,7 @@ class SO3SumModelConfig(Section):
     eigendecomposition per point of the weight grid (``len(weights)``^(terms − 1)) per size."""
 
     terms: Annotated[list[SO3Candidate], Field(min_length=2)]
-    weights: Annotated[list[NonNegative], Field(min_length=1)] = [0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0]
+    weights: Annotated[list[NonNegative], Field(min_length=1)] = list(DEFAULT_WEIGHTS)
 
 
 class MLPModelConfig(Section):

@@ -25,7 +25,9 @@ predictions):
    test set, and at each size the lowest-MAE model against every other with the paired
    bootstrap interval of the MAE difference on the same test molecules; the invariance error is
    the standard deviation of a molecule's predictions over its original and rotated
-   copies, averaged over the invariance set, in target units.
+   copies, averaged over the invariance set, in target units. With ``models.so3_ntk_sum``
+   the sum of several SO(3) networks' NTKs is fitted the same way, its weights chosen with
+   λ by CV at every size (each term's kernel from the block engine, as in step 3).
 5. With a ``sparse`` section: the listed models again as sparse models on inducing atom
    environments, at every training size (:mod:`~molntk.pipelines.qm9.sparse`); the exact
    models then stop at ``sparse.exact_up_to``.

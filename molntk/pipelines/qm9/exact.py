@@ -8,7 +8,8 @@
   size, so the kernel of size n is the top-left block and its cost the measured seconds
   of the blocks inside it (:func:`shell_kernels`);
 - per target and size: kernel ridge (the NTK mean at t = ∞) on the dressed-atom residual,
-  evaluated on the test set and the rotated copies (:func:`exact_records`).
+  evaluated on the test set and the rotated copies (:func:`exact_records`); for a sum of
+  networks' NTKs, on Σ_i c_i Θ_i / τ_i with the weights chosen with λ (:func:`sum_records`).
 """
 
 from __future__ import annotations

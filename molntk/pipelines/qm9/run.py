@@ -105,7 +105,8 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
     """Dressed atoms, then every model: candidates chosen on the selection set, the chosen
     kernel on the learning curve; targets that share a reduction share the kernels. The
     chosen SO(3) model of each target is refitted on the kernel of the largest exact
-    size (with its NNGP, computed in the same blocks) to be saved (:func:`saves_so3_model`)."""
+    size (with its NNGP, computed in the same blocks) to be saved (:func:`saves_so3_model`);
+    the sum of SO(3) NTKs (``models.so3_ntk_sum``) comes last, on the exact sizes."""
     records: list[dict[str, Any]] = []
     search: list[dict[str, Any]] = []
     predictions: dict[str, dict[str, list[float]]] = {}

@@ -85,7 +85,7 @@ from molntk.features.environments import EnvironmentBatch, FeatureConfig
 from molntk.features.inducing import SELECTIONS, environments_as_molecules, inducing_environments
 from molntk.features.radial import radial_basis_from_dict
 from molntk.models.delta import baseline_results, check_baseline, check_energy_unit
-from molntk.models.forces import energies_and_forces, kernel_expansion
+from molntk.models.forces import KernelExpansion, energies_and_forces, kernel_expansion
 from molntk.models.model_files import (dressed_atom_arrays, dressed_atom_from_arrays, load_model_file, molecule_arrays,
                                        molecules_from_arrays, optional_text, provenance_from_meta, training_provenance,
                                        write_model_archive)
@@ -241,6 +241,10 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
     ``load`` or a parameter change.
     """
 
+    #: The model file format this estimator writes and reads, and what its errors call it.
+    FILE_FORMAT = FORMAT
+    FILE_DESCRIPTION = "SO(3) NTK model"
+
     reduce: str = DEFAULTS.reduce
     residual: bool = True
     reg: float | str = "cv"
@@ -265,6 +269,16 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
     def recipe(self) -> SO3ModelRecipe:
         """The model these parameters describe (``radial=None``: the recipe's radial basis)."""
         return SO3ModelRecipe(features=self.feature_config(), **{name: getattr(self, name) for name in RECIPE_PARAMS})
+
+    def recipes(self) -> list[SO3ModelRecipe]:
+        """The networks whose NTKs the model's kernel is made of: this one (a sum of several,
+        :class:`~molntk.models.so3_ntk_sum.SO3NTKSumRegressor`, lists each)."""
+        return [self.recipe()]
+
+    def _kernel_input(self, kernels: list[np.ndarray]) -> Any:
+        """What the regressor takes of the recipes' kernels (one per recipe): the one kernel."""
+        (kernel,) = kernels
+        return kernel
 
     def _regressor(self, recipe: SO3ModelRecipe) -> KernelRegressor:
         """Kernel ridge with the recipe's λ grid (fast mode: down to psd_rtol · mean(diag K))."""
@@ -332,12 +346,14 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
             sparse.check_params()  # reg, cv, rank_rtol before any kernel is computed
         self.device_ = device = self._resolve_device()
         self._log("fit: %d molecules on %s; feature maps", len(molecules), device)
-        kern = recipe.molecular_kernel(device)
-        feats = recipe.environments(molecules, device)
         if sparse is None:
-            k = kern(feats, progress=self._progress(f"fit: kernel {len(molecules)} × {len(molecules)}"))
-            self._fit_exact(molecules, y, k.ntk.detach().cpu().double().numpy(), target, unit, provenance)
+            kerns, feats = self._kernels_and_maps(molecules, device)
+            progress = self._progress(f"fit: kernel {len(molecules)} × {len(molecules)}")
+            ntks = [kern(f, progress=progress).ntk.detach().cpu().double().numpy() for kern, f in zip(kerns, feats)]
+            self._fit_exact(molecules, y, self._kernel_input(ntks), target, unit, provenance)
+            self._reference_cache = (self.regressor_, self.get_params(), kerns, feats)
         else:
+            kern, feats = recipe.molecular_kernel(device), recipe.environments(molecules, device)
             base = self._fit_dressed_atoms(molecules, y)
             rows = inducing_environments(feats, n_inducing, method=self.inducing_selection, seed=int(self.inducing_seed))
             self._set_inducing(feats, rows)
@@ -348,7 +364,7 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
             self._log("fit: sparse kernel ridge, λ by %s", self.cv if self.reg == "cv" else f"reg={self.reg}")
             self.regressor_ = sparse.fit(K_nm, K_mm, y - base)
             self.describe_training(molecules, target, unit, provenance)
-        self._reference_cache = (self.regressor_, self.get_params(), kern, feats if sparse is None else self.inducing_)
+            self._reference_cache = (self.regressor_, self.get_params(), [kern], [self.inducing_])
         self._log("fit: done")
         return self
 
@@ -356,11 +372,17 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
                     provenance: dict[str, Any] | None = None, baseline_energies: np.ndarray | None = None) -> SO3NTKRegressor:
         """The exact model's ``fit`` on a training kernel computed elsewhere (a pipeline's
         cached blocks): ``ntk`` = Θ(X, X), (n, n), of this model's kernel
-        (``self.recipe().molecular_kernel()``). Same result as ``fit``."""
+        (``self.recipe().molecular_kernel()``; a sum of networks takes the list of its
+        recipes' kernels). Same result as ``fit``."""
         molecules, y = self._training_data(X, y)
         if self._check_sparse() is not None:
             raise InputError("inducing", "fit_kernels fits the exact model; a sparse model computes its own kernels in fit")
         return self._fit_exact(molecules, self._residual_target(molecules, y, unit, baseline_energies), ntk, target, unit, provenance)
+
+    def _kernels_and_maps(self, molecules: list[Molecule], device: str) -> tuple[list[SO3MolecularKernel], list[EnvironmentBatch]]:
+        """Each recipe's molecular kernel and the feature maps of ``molecules`` under it."""
+        recipes = self.recipes()
+        return [r.molecular_kernel(device) for r in recipes], [r.environments(molecules, device) for r in recipes]
 
     def _fit_exact(self, molecules: list[Molecule], y: np.ndarray, ntk: np.ndarray, target: str | None,
                    unit: str | None, provenance: dict[str, Any] | None) -> SO3NTKRegressor:
@@ -446,19 +468,17 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
         sparse = isinstance(self.regressor_, SparseKernelRegressor)
         if sparse and return_std:
             raise InputError("return_std", "a sparse model (inducing is set) has no predictive variance; use inducing=None")
-        recipe = self.recipe()
         device = self.device_
         self._log("predict: %d molecules on %s", len(molecules), device)
-        kern, reference = self._reference()
-        test = recipe.environments(molecules, device)
-        if sparse:
-            cross = kern(test, reference, progress=self._progress(f"predict: kernel {len(molecules)} × {len(self.inducing_rows_)} inducing"))
-            return base + self.regressor_.predict(cross.ntk.detach().cpu().double().numpy())
-        cross = kern(test, reference, progress=self._progress(f"predict: kernel {len(molecules)} × {len(self.train_molecules_)}"))
-        ntk = cross.ntk.detach().cpu().double().numpy()
+        recipes, (kerns, references) = self.recipes(), self._reference()
+        n_reference = len(self.inducing_rows_) if sparse else len(self.train_molecules_)
+        progress = self._progress(f"predict: kernel {len(molecules)} × {n_reference}{' inducing' if sparse else ''}")
+        ntk = self._kernel_input([kern(r.environments(molecules, device), ref, progress=progress).ntk.detach().cpu().double().numpy()
+                                  for r, kern, ref in zip(recipes, kerns, references)])
         if not return_std:
             return base + self.regressor_.predict(ntk)
-        diag = np.array([float(kern(recipe.environments([m], device)).ntk[0, 0]) for m in molecules])  # prior Θ(x, x)
+        diag = self._kernel_input([np.array([float(kern(r.environments([m], device)).ntk[0, 0]) for m in molecules])  # prior Θ(x, x)
+                                   for r, kern in zip(recipes, kerns)])
         mean, std = self.regressor_.predict(ntk, diag, return_std=True, std_of=std_of)
         return base + mean, std
 
@@ -487,8 +507,9 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
         molecules, base, base_forces = self._query(X, "predict_forces")
         if self.pairing == "atom-index":
             raise InputError("pairing", "'atom-index' (the reference comparison's padded layout) has no forces; use 'element' or 'shared'")
-        expansion = kernel_expansion(*self._reference(), self.regressor_.fitted_arrays())
-        energies, forces = energies_and_forces(expansion, molecules)
+        parts = [energies_and_forces(expansion, molecules) for expansion in self._expansions()]
+        energies = sum(e for e, _ in parts)
+        forces = [sum(term) for term in zip(*(f for _, f in parts))]
         if base_forces is not None:
             forces = [f + f_base for f, f_base in zip(forces, base_forces)]
         return (base + energies, forces) if return_energy else forces
@@ -510,21 +531,27 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
         physical = baseline_results(self.baseline, molecules, self.unit_)
         return molecules, base + physical.energies, physical.forces
 
-    def _reference(self) -> tuple[SO3MolecularKernel, EnvironmentBatch]:
-        """The molecular kernel and the reference side of every prediction: the feature maps of
-        the training molecules (exact mode) or the inducing environments (sparse mode). Built
-        on first use and kept with the regressor and the parameters it was built for, so that
-        ``fit``, ``load`` and ``set_params`` make it anew."""
+    def _expansions(self) -> list[KernelExpansion]:
+        """The kernel part of the energy as expansions in the recipes' kernels (their energies
+        add up): E − E_dressed = μ + σ Σ_i W_i Θ(M, R_i) (:mod:`molntk.models.forces`)."""
+        (kern,), (reference,) = self._reference()
+        return [kernel_expansion(kern, reference, self.regressor_.fitted_arrays())]
+
+    def _reference(self) -> tuple[list[SO3MolecularKernel], list[EnvironmentBatch]]:
+        """Per recipe, the molecular kernel and the reference side of every prediction: the
+        feature maps of the training molecules (exact mode) or the inducing environments
+        (sparse mode). Built on first use and kept with the regressor and the parameters it was
+        built for, so that ``fit``, ``load`` and ``set_params`` make it anew."""
         cached = self.__dict__.get("_reference_cache")
         params = self.get_params()
         if cached is not None and cached[0] is self.regressor_ and cached[1] == params:
             return cached[2], cached[3]
-        recipe = self.recipe()
-        kern = recipe.molecular_kernel(self.device_)
-        sparse = isinstance(self.regressor_, SparseKernelRegressor)
-        reference = self.inducing_ if sparse else recipe.environments(self.train_molecules_, self.device_)
-        self._reference_cache = (self.regressor_, params, kern, reference)
-        return kern, reference
+        if isinstance(self.regressor_, SparseKernelRegressor):
+            kerns, references = [self.recipe().molecular_kernel(self.device_)], [self.inducing_]
+        else:
+            kerns, references = self._kernels_and_maps(self.train_molecules_, self.device_)
+        self._reference_cache = (self.regressor_, params, kerns, references)
+        return kerns, references
 
     # -- files ---------------------------------------------------------------------------
 
@@ -533,7 +560,7 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
         if not hasattr(self, "regressor_"):
             raise InputError("SO3NTKRegressor", "save called before fit")
         mols = self.train_molecules_
-        meta = {"format": FORMAT, "version": FORMAT_VERSION, "molntk": __version__, "params": self.get_params(),
+        meta = {"format": self.FILE_FORMAT, "version": FORMAT_VERSION, "molntk": __version__, "params": self.get_params(),
                 "ids": [m.id for m in mols], "target": self.target_, "unit": self.unit_,
                 "training_elements": list(self.training_elements_), "provenance": self.provenance_}
         arrays = {f"regressor_{k}": v for k, v in self.regressor_.fitted_arrays().items()}
@@ -546,7 +573,7 @@ class SO3NTKRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, BaseEst
         """Read a model written by :meth:`save`. A file that is not one (missing, empty,
         truncated, another format, pickled data, metadata or arrays missing or of the wrong
         kind) is an :class:`InputError` naming the file and the problem."""
-        return load_model_file(path, FORMAT, FORMAT_VERSION, "SO(3) NTK model", cls._from_archive)
+        return load_model_file(path, cls.FILE_FORMAT, FORMAT_VERSION, cls.FILE_DESCRIPTION, cls._from_archive)
 
     @classmethod
     def _from_archive(cls, path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> SO3NTKRegressor:

@@ -20,7 +20,9 @@ regressor with a numeric ``reg`` allows only that). Fitted attributes: ``weights
 ((c_1, …, c_k), c_1 = 1), ``scales_`` (τ_i), ``search_`` (the grid's (weights, CV error)
 pairs, in the regressor's standardised units; empty for one point) and ``regressor_`` (the
 fitted regressor on K_c), whose fitted attributes (``reg_relative_``, ``cv_result_``,
-``amplitude_``, …) this regressor also answers for.
+``amplitude_``, …) this regressor also answers for. ``fitted_arrays`` / ``load_fitted_arrays``
+store and restore the fit as plain arrays (model files), ``refit_loo_amplitude`` calibrates the
+std as the plain regressor's does.
 """
 
 from __future__ import annotations
@@ -105,6 +107,41 @@ class KernelSumRegressor(RegressorMixin, BaseEstimator):
         ``k_test_diag``, the combined test self-kernels); keywords as :meth:`KernelRegressor.predict`."""
         diag = None if k_test_diag is None else self.combined(k_test_diag)
         return self.regressor_.predict(self.combined(kernels), diag, **kwargs)
+
+    def refit_loo_amplitude(self, baseline_shifts: object, reference: float) -> np.ndarray:
+        """:meth:`KernelRegressor.refit_loo_amplitude` of the regressor on the chosen sum."""
+        return self._fitted_regressor("refit_loo_amplitude").refit_loo_amplitude(baseline_shifts, reference)
+
+    def fitted_arrays(self) -> dict[str, np.ndarray]:
+        """The fitted state as plain arrays (model files): the chosen regressor's
+        (:meth:`KernelRegressor.fitted_arrays`) and ``sum_weights`` (c_1, …, c_k),
+        ``sum_scales`` (τ_1, …, τ_k)."""
+        arrays = self._fitted_regressor("fitted_arrays").fitted_arrays()
+        return arrays | {"sum_weights": np.asarray(self.weights_, dtype=np.float64), "sum_scales": np.asarray(self.scales_)}
+
+    def load_fitted_arrays(self, arrays: dict[str, np.ndarray]) -> KernelSumRegressor:
+        """Restore the state written by :meth:`fitted_arrays` (``search_`` is empty: the
+        search is not stored); InputError naming ``sum_weights`` or ``sum_scales`` when they
+        are missing or do not describe one sum (c_1 = 1, every τ_i > 0, k ≥ 2 of each)."""
+        rest = dict(arrays)
+        try:
+            weights = np.asarray(rest.pop("sum_weights"), dtype=np.float64).reshape(-1)
+            scales = np.asarray(rest.pop("sum_scales"), dtype=np.float64).reshape(-1)
+        except KeyError as err:
+            raise InputError(str(err.args[0]), "missing: not the state of a sum of kernels") from None
+        if weights.size < 2 or weights[0] != 1.0 or not np.all(np.isfinite(weights)) or np.any(weights < 0):
+            raise InputError("sum_weights", f"must be (1, c_2, …) with every c ≥ 0, got {weights.tolist()}")
+        if scales.shape != weights.shape or not np.all(scales > 0):
+            raise InputError("sum_scales", f"must be {weights.size} positive traces, got {scales.tolist()}")
+        self.regressor_ = clone(self.regressor).load_fitted_arrays(rest)
+        self.weights_, self.scales_, self.search_ = tuple(weights.tolist()), scales, []
+        return self
+
+    def _fitted_regressor(self, caller: str) -> KernelRegressor:
+        """The regressor on the chosen sum; InputError naming ``caller`` before fit."""
+        if "regressor_" not in self.__dict__:
+            raise InputError("KernelSumRegressor", f"{caller} called before fit")
+        return self.__dict__["regressor_"]
 
     def __getattr__(self, name: str) -> object:
         """The fitted attributes of the regressor on the chosen sum (``reg_relative_``, …)."""

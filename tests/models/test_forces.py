@@ -139,10 +139,10 @@ def test_reference_is_rebuilt_for_a_loaded_model_and_after_set_params(data, tmp_
     model = SO3NTKRegressor(grid_band_limit=2, psd_rtol=1e-4).fit(mols[:20], y[:20])
     loaded = SO3NTKRegressor.load(model.save(tmp_path / "m.npz"))
     np.testing.assert_allclose(loaded.predict_forces(mols[30:31])[0], model.predict_forces(mols[30:31])[0], rtol=1e-12, atol=0)
-    kernel = model._reference()[0]
-    assert model._reference()[0] is kernel
+    (kernel,), _ = model._reference()  # one network: one kernel
+    assert model._reference()[0][0] is kernel
     model.set_params(block_size=32)  # the same model, computed in other blocks: a new kernel
-    assert model._reference()[0] is not kernel and model._reference()[0].block_size == 32
+    assert model._reference()[0][0] is not kernel and model._reference()[0][0].block_size == 32
 
 
 def test_force_errors_name_the_problem(data):

@@ -18,7 +18,9 @@ from typer.testing import CliRunner
 from molntk._version import __version__
 from molntk.cli.main import app
 from molntk.data.splits import standard_split
-from molntk.models import SO3NTKRegressor
+from molntk.features.radial import radial_basis_from_dict
+from molntk.models import SO3NTKRegressor, SO3NTKSumRegressor
+from molntk.models.loading import load_model
 from molntk.pipelines.qm9.models import config_sha256
 from molntk.pipelines.tasks import TASKS
 from tests.helpers.qm9_configs import SMALL
@@ -105,6 +107,62 @@ def test_fit_needs_an_so3_model_and_a_qm9_property_config(tmp_path):
     assert result.exit_code == 2 and "models.so3_ntk: is null" in result.output
     result = CliRunner().invoke(app, ["fit", "configs/qm9_summary.yaml"])
     assert result.exit_code == 2 and "task: is 'qm9-summary'" in result.output
+
+
+# --------------------------------------------------------------------------- the sum of two networks
+
+#: A second network for SMALL's: the same layers on 4 Gaussians to 3 Å (SMALL's maps: 6 to 5 Å).
+SECOND_RADIAL = {"kind": "gaussian", "n": 4, "r_min": 0.7, "r_cut": 3.0}
+SUM = ("{terms: [{layers: 'lift:3 erf pool dense', sigma_w: 1.0, sigma_b: 0.1}, {layers: 'lift:3 erf pool dense', "
+       "sigma_w: 1.0, sigma_b: 0.1, radial: {kind: gaussian, n: 4, r_min: 0.7, r_cut: 3.0}}], weights: [0.0, 0.3, 3.0]}")
+
+
+@pytest.fixture(scope="module")
+def sum_runs(tmp_path_factory):
+    """SMALL with ``models.so3_ntk_sum`` (its network + the same on SECOND_RADIAL) by ``molntk
+    run`` and ``molntk fit``: (run folder, fit folder, the run's records)."""
+    folder = tmp_path_factory.mktemp("sum_models")
+    config = folder / "small_sum.yaml"
+    config.write_text("name: small_sum\n" + SMALL + f"output: {folder / 'run'}\n")
+    run = CliRunner().invoke(app, ["run", str(config), "--set", f"models.so3_ntk_sum={SUM}"])
+    assert run.exit_code == 0, run.output
+    fit = CliRunner().invoke(app, ["fit", str(config), "--out", str(folder / "fit"), "--set", f"models.so3_ntk_sum={SUM}"])
+    assert fit.exit_code == 0, fit.output
+    return folder / "run", folder / "fit", json.loads((folder / "run" / "report.json").read_text())["results"]
+
+
+def test_a_config_with_a_sum_saves_the_sum_with_the_weights_the_run_chose(sum_runs, qm9):
+    """The run's model file is the sum (SO3NTKSumRegressor), with the weights of its N = 24
+    record, and predicts what the run reported for it (1e-6 meV, as the single network's)."""
+    run, _, records = sum_runs
+    model = load_model(run / "models" / "u0_atom.molntk.npz")
+    assert type(model) is SO3NTKSumRegressor
+    record = next(r for r in records if r["model"] == "so3-ntk-sum" and r["n_train"] == N_TRAIN)
+    assert list(model.regressor_.weights_) == record["term_weights"]
+    assert radial_basis_from_dict(model.terms[0]["radial"]) == radial_basis_from_dict(SECOND_RADIAL)
+    assert model.provenance_["candidate"]["chosen_weights"] == record["term_weights"][1:]
+    reported = pd.read_csv(run / "predictions.csv")["u0_atom:so3-ntk-sum"].to_numpy()
+    np.testing.assert_allclose(model.predict(_test_molecules(qm9)), reported, rtol=0, atol=1e-6)
+
+
+def test_fit_of_a_config_with_a_sum_equals_the_sum_built_by_hand(sum_runs, qm9):
+    """``molntk fit`` against SO3NTKSumRegressor.fit with SMALL's numbers typed here (as in
+    test_fit_equals_an_estimator_built_by_hand_from_the_config) and the second network's
+    radial basis: the same weights chosen from the config's grid, means and stds to 1e-8."""
+    run, fit, _ = sum_runs
+    fitted = load_model(fit / "u0_atom.molntk.npz")
+    train = standard_split(len(qm9), 0).train[:N_TRAIN]
+    by_hand = SO3NTKSumRegressor(
+        layers="lift:3 erf pool dense", sigma_w=1.0, sigma_b=0.1, smearing_width=0.5,
+        radial={"kind": "gaussian", "n": 6, "r_min": 0.5, "r_cut": 5.0}, grid_band_limit=3, sampling="gauss-legendre",
+        psd_rtol=1e-4, residual=True, terms=[{"radial": SECOND_RADIAL}], weights=[0.0, 0.3, 3.0],
+    ).fit(qm9.molecules(train.tolist()), np.asarray(qm9.target("u0_atom"))[train])
+    assert fitted.regressor_.weights_ == by_hand.regressor_.weights_ == load_model(run / "models" / "u0_atom.molntk.npz").regressor_.weights_
+    test = _test_molecules(qm9)[:4]
+    expected, expected_std = by_hand.predict(test, return_std=True)
+    got, got_std = fitted.predict(test, return_std=True)
+    np.testing.assert_allclose(got, expected, rtol=1e-8)
+    np.testing.assert_allclose(got_std, expected_std, rtol=1e-8)
 
 
 # --------------------------------------------------------------------------- output folders

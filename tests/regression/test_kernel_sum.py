@@ -111,6 +111,24 @@ def test_standard_deviations_are_those_of_the_combined_kernel():
     assert model.reg_relative_ == direct.reg_relative_
 
 
+def test_the_fitted_state_as_arrays_restores_the_same_predictions():
+    """fitted_arrays → load_fitted_arrays (what model files store): the same weights, scales,
+    means and stds (the same arrays, so exactly); damaged weights or scales are named."""
+    p = two_scale_problem()
+    model = KernelSumRegressor(KernelRegressor(relative_grid=RELATIVE_GRID), [0.0, 0.1, 1.0]).fit(p["train"], p["y"])
+    arrays = model.fitted_arrays()
+    restored = KernelSumRegressor(KernelRegressor(relative_grid=RELATIVE_GRID)).load_fitted_arrays(arrays)
+    assert restored.weights_ == model.weights_ and np.array_equal(restored.scales_, model.scales_)
+    for got, expected in zip(restored.predict(p["test"], p["diag"], return_std=True), model.predict(p["test"], p["diag"], return_std=True)):
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(InputError, match="sum_weights"):
+        KernelSumRegressor().load_fitted_arrays(arrays | {"sum_weights": np.array([0.5, 1.0])})
+    with pytest.raises(InputError, match="sum_scales"):
+        KernelSumRegressor().load_fitted_arrays(arrays | {"sum_scales": np.array([1.0, -1.0])})
+    with pytest.raises(InputError, match="fitted_arrays called before fit"):
+        KernelSumRegressor().fitted_arrays()
+
+
 def test_bad_input_is_refused_naming_it():
     p = two_scale_problem()
     cv = KernelRegressor(relative_grid=RELATIVE_GRID)

@@ -27,7 +27,8 @@ predictions):
    the standard deviation of a molecule's predictions over its original and rotated
    copies, averaged over the invariance set, in target units. With ``models.so3_ntk_sum``
    the sum of several SO(3) networks' NTKs is fitted the same way, its weights chosen with
-   λ by CV at every size (each term's kernel from the block engine, as in step 3).
+   λ by CV at every size (each term's kernel from the block engine, as in step 3), and its
+   model is the saved model of each target.
 5. With a ``sparse`` section: the listed models again as sparse models on inducing atom
    environments, at every training size (:mod:`~molntk.pipelines.qm9.sparse`); the exact
    models then stop at ``sparse.exact_up_to``.

@@ -232,7 +232,9 @@ class SO3SumModelConfig(Section):
     molecules at every training size (above ``regression.eigh_max``: the weights and relative
     λ of the largest size at or below it); :class:`~molntk.regression.kernel_sum.KernelSumRegressor`.
     Exact kernels only; reported as ``so3-ntk-sum``. Cost: every term's kernel, and one
-    eigendecomposition per point of the weight grid (``len(weights)``^(terms − 1)) per size."""
+    eigendecomposition per point of the weight grid (``len(weights)``^(terms − 1)) per size.
+    The saved model of each target (``molntk run``, ``molntk fit``) is then the sum,
+    :class:`~molntk.models.SO3NTKSumRegressor`."""
 
     terms: Annotated[list[SO3Candidate], Field(min_length=2)]
     weights: Annotated[list[NonNegative], Field(min_length=1)] = list(DEFAULT_WEIGHTS)

@@ -16,7 +16,7 @@ from molntk.pipelines.qm9.candidates import CONFIG_KEYS, build_candidates, dtype
 from molntk.pipelines.qm9.config import FileDataConfig, QM9PropertyConfig, SO3Candidate
 from molntk.pipelines.qm9.evaluate import dressed_atom_records, paired_comparisons, residual_targets
 from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels, sum_records
-from molntk.pipelines.qm9.models import model_from_kernels
+from molntk.pipelines.qm9.models import model_from_kernels, so3_estimator, so3_sum_estimator
 from molntk.pipelines.qm9.sets import QM9Sets, load_sets
 from molntk.pipelines.qm9.sparse import SUFFIX, sparse_kernels, sparse_records
 from molntk.scale import open_executor, torch_threads
@@ -106,7 +106,8 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
     kernel on the learning curve; targets that share a reduction share the kernels. The
     chosen SO(3) model of each target is refitted on the kernel of the largest exact
     size (with its NNGP, computed in the same blocks) to be saved (:func:`saves_so3_model`);
-    the sum of SO(3) NTKs (``models.so3_ntk_sum``) comes last, on the exact sizes."""
+    the sum of SO(3) NTKs (``models.so3_ntk_sum``) comes last, on the exact sizes, and its
+    model, when saved, is the target's model file."""
     records: list[dict[str, Any]] = []
     search: list[dict[str, Any]] = []
     predictions: dict[str, dict[str, list[float]]] = {}
@@ -136,10 +137,11 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
                     records += exact_records(config, sets, shells, name, chosen, target, residual[target], exact_sizes,
                                              predictions)
                     if saved:
-                        n = exact_sizes[-1]
+                        n, candidate = exact_sizes[-1], SO3Candidate(**chosen.params)
+                        estimator = so3_estimator(config, candidate, reduce, residual[target], sets.composition.elements)
                         models[target] = model_from_kernels(
-                            config, source, SO3Candidate(**chosen.params), reduce, residual[target], sets.composition.elements, target,
-                            sets.units[target], sets.train_molecules[:n], sets.train_targets[target][:n], shells.train)
+                            config, source, estimator, candidate.model_dump(mode="json"), target, sets.units[target],
+                            sets.train_molecules[:n], sets.train_targets[target][:n], shells.train)
                 shells.release()
                 del kernel  # its descriptors (GBs at large N; a baseline's own stay in sets.molecules for its sparse model)
             if config.sparse is not None and CONFIG_KEYS[name] in config.sparse.models:
@@ -154,17 +156,22 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
                 sparse.release()
             sets.molecules.release()  # feature maps and descriptors: computed again by a model that needs them
         if config.models.so3_ntk_sum is not None and exact_sizes:
-            records += _sum_records(config, sets, assembler, progress, reduce, targets, residual, exact_sizes,
-                                    predictions, kernel_seconds)
+            sum_records_, sum_models = _sum_records(config, source, sets, assembler, progress, reduce, targets, residual,
+                                                    exact_sizes, predictions, kernel_seconds)
+            records += sum_records_
+            models |= sum_models
     return records, search, predictions, kernel_seconds, models
 
 
-def _sum_records(config: QM9PropertyConfig, sets: QM9Sets, assembler: BlockAssembler, progress: Progress | None,
-                 reduce: str, targets: list[str], residual: dict[str, bool], sizes: list[int], predictions: dict,
-                 kernel_seconds: list) -> list[dict[str, Any]]:
+def _sum_records(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler: BlockAssembler,
+                 progress: Progress | None, reduce: str, targets: list[str], residual: dict[str, bool], sizes: list[int],
+                 predictions: dict, kernel_seconds: list) -> tuple[list[dict[str, Any]], dict[str, SO3NTKRegressor]]:
     """The sum of SO(3) NTKs (``models.so3_ntk_sum``): each term's kernel from the block
     assembler (its blocks shared with an ``so3_ntk`` candidate of the same network), then
-    the weighted sum's records of each target (:func:`~molntk.pipelines.qm9.exact.sum_records`)."""
+    the weighted sum's records of each target (:func:`~molntk.pipelines.qm9.exact.sum_records`)
+    and, when the run saves models (:func:`saves_so3_model`), each target's sum model
+    (:class:`~molntk.models.SO3NTKSumRegressor`) with the weights its record chose at the
+    largest size: the saved SO(3) model of a config with a sum."""
     section = config.models.so3_ntk_sum
     terms = [so3_candidate(config, term, reduce, sets.composition.elements) for term in section.terms]
     shells = []
@@ -174,10 +181,16 @@ def _sum_records(config: QM9PropertyConfig, sets: QM9Sets, assembler: BlockAssem
         sets.molecules.release()
     kernel_seconds.append({"model": "so3-ntk-sum", "reduce": reduce, "train": sum(float(s.train_seconds[-1]) for s in shells),
                            "test": sum(float(s.test_seconds[-1]) for s in shells), "storage": shells[0].storage})
-    records = []
+    records, models = [], {}
     for target in targets:
         records += sum_records(config, sets, shells, "so3-ntk-sum", terms, section.weights, target, residual[target],
                                sizes, predictions)
+        if saves_so3_model(config, sizes):
+            n, chosen = sizes[-1], records[-1]["term_weights"][1:]
+            estimator = so3_sum_estimator(config, section, reduce, residual[target], sets.composition.elements, weights=[chosen])
+            models[target] = model_from_kernels(
+                config, source, estimator, section.model_dump(mode="json") | {"chosen_weights": chosen}, target,
+                sets.units[target], sets.train_molecules[:n], sets.train_targets[target][:n], [s.train for s in shells])
     for s in shells:
         s.release()
-    return records
+    return records, models

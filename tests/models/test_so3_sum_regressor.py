@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
+from molntk.data.readers import molecule_to_atoms
 from molntk.errors import InputError, ModelFileError
+from molntk.models.calculator import MolntkCalculator
 from molntk.models import SO3NTKRegressor, SO3NTKSumRegressor
 from molntk.models.loading import load_model
 from molntk.regression import DressedAtomModel, KernelRegressor
@@ -119,6 +121,19 @@ def test_forces_are_central_differences_of_the_summed_energy(fitted, data):
     scale = np.abs(forces).max()
     assert scale > 10
     assert np.abs(forces - numeric).max() / scale < 1e-6
+
+
+def test_the_ase_calculator_serves_the_sum(fitted, data):
+    """MolntkCalculator on the sum: energy, forces and std are the model's, in eV (U0 in meV)."""
+    mols, _ = data
+    mol = mols[33]
+    atoms = molecule_to_atoms(mol)
+    atoms.calc = MolntkCalculator(fitted, unit="meV")
+    mean, std = fitted.predict([mol], return_std=True)
+    (forces,) = fitted.predict_forces([mol])
+    assert atoms.get_potential_energy() == pytest.approx(1e-3 * mean[0], rel=1e-12)
+    np.testing.assert_allclose(atoms.get_forces(), 1e-3 * forces, rtol=1e-12)
+    assert atoms.calc.results["energy_std"] == pytest.approx(1e-3 * std[0], rel=1e-12)
 
 
 def test_save_and_load_give_the_same_predictions_and_std(fitted, data, tmp_path):

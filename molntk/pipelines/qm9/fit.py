@@ -72,7 +72,8 @@ def fit_so3_models(config: QM9PropertyConfig, source: str, out: str | Path | Non
             for reduce, targets in targets_by_reduce(config).items():
                 residual = {t: target_settings(config, t)[1] for t in targets}
                 if config.models.so3_ntk_sum is not None:
-                    chosen_labels[reduce] = _fit_sums(config, source, sets, train, assembler, progress, reduce, targets, residual, models)
+                    chosen_labels[reduce], sums = _fit_sums(config, source, sets, train, assembler, progress, reduce, targets, residual)
+                    models |= sums
                     continue
                 candidates = so3_candidates(config, reduce, sets.composition.elements)
                 y_select = np.stack([residual_targets(sets, t, residual[t], n_select) for t in targets], axis=1)
@@ -102,21 +103,22 @@ def fit_so3_models(config: QM9PropertyConfig, source: str, out: str | Path | Non
 
 
 def _fit_sums(config: QM9PropertyConfig, source: str, sets: QM9Sets, train: MoleculeSet, assembler: BlockAssembler,
-              progress: Progress | None, reduce: str, targets: list[str], residual: dict[str, bool],
-              models: dict[str, SO3NTKRegressor]) -> str:
-    """The sum of ``models.so3_ntk_sum``'s networks for each of ``targets`` (into ``models``):
-    each term's training kernel by the block engine, the weights and λ by the config's CV;
-    returns the sum's label."""
+              progress: Progress | None, reduce: str, targets: list[str],
+              residual: dict[str, bool]) -> tuple[str, dict[str, SO3NTKRegressor]]:
+    """The sum of ``models.so3_ntk_sum``'s networks for each of ``targets``: each term's
+    training kernel by the block engine, the weights and λ by the config's CV; returns the
+    sum's label and target → fitted model."""
     section = config.models.so3_ntk_sum
     terms = [so3_candidate(config, term, reduce, sets.composition.elements) for term in section.terms]
     ntks = [assembler.assemble(block_kernel(term, train), np.arange(sets.n_train),
                                progress=labelled(progress, f"so3-ntk-sum-term{i + 1}-{reduce}")).matrices[f"{term.matrix}_train"]
             for i, term in enumerate(terms)]
+    models = {}
     for target in targets:
         estimator = so3_sum_estimator(config, section, reduce, residual[target], sets.composition.elements)
         models[target] = model_from_kernels(config, source, estimator, section.model_dump(mode="json"), target,
                                             sets.units[target], sets.train_molecules, sets.train_targets[target], ntks)
-    return " + ".join(f"[{term.label}]" for term in terms)
+    return " + ".join(f"[{term.label}]" for term in terms), models
 
 
 def fit_labelled_file(path: str | Path, target: str, out: str | Path, *, unit: str = "unknown",

@@ -106,8 +106,8 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
     kernel on the learning curve; targets that share a reduction share the kernels. The
     chosen SO(3) model of each target is refitted on the kernel of the largest exact
     size (with its NNGP, computed in the same blocks) to be saved (:func:`saves_so3_model`);
-    the sum of SO(3) NTKs (``models.so3_ntk_sum``) comes last, on the exact sizes, and its
-    model, when saved, is the target's model file."""
+    the sum of SO(3) NTKs (``models.so3_ntk_sum``) comes last, on the exact sizes, and when
+    the config has one, its model is the saved one instead."""
     records: list[dict[str, Any]] = []
     search: list[dict[str, Any]] = []
     predictions: dict[str, dict[str, list[float]]] = {}
@@ -128,7 +128,8 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
             search += [{"model": name, "targets": targets, "reduce": reduce, **row} for row in rows]
             chosen = candidates[best]
             if exact_sizes:
-                saved = name == "so3-ntk" and saves_so3_model(config, exact_sizes)
+                # a config with a sum saves the sum instead (_sum_records): no refit of this network for a file
+                saved = name == "so3-ntk" and config.models.so3_ntk_sum is None and saves_so3_model(config, exact_sizes)
                 kernel = block_kernel(chosen, sets.molecules)
                 shells = shell_kernels(kernel, sets, assembler, progress, f"{name}-{reduce}", exact_sizes)
                 kernel_seconds.append({"model": name, "reduce": reduce, "train": float(shells.train_seconds[-1]),

@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from sklearn.base import clone
 
 from molntk.data.readers import molecule_to_atoms
@@ -180,3 +181,23 @@ def test_bad_terms_weights_or_a_sparse_sum_are_refused_naming_the_parameter(data
     with pytest.raises(InputError, match=name) as err:
         SO3NTKSumRegressor(**params, **FAST).fit(mols[:5], y[:5])
     assert message in str(err.value)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_sum_matches_cpu(data):
+    """The same sum fitted with its kernels on a CUDA device: the same weight, and means,
+    stds and forces equal to the CPU's to 1e-8 of their scale (float64 on both; the kernels
+    differ by summation order, ≈ 1e-15 relative, which the solve amplifies by at most its
+    condition number, ≤ 1e4 relative to λ here, psd_rtol 1e-4)."""
+    mols, y = data
+    params = {"terms": [{"radial": LONG}], "weights": [0.0, 0.1, 1.0, 10.0], **FAST}
+    cpu = SO3NTKSumRegressor(**params).fit(mols[:30], y[:30])
+    gpu = SO3NTKSumRegressor(**params, device="cuda").fit(mols[:30], y[:30])
+    assert gpu.device_ == "cuda"
+    np.testing.assert_array_equal(gpu.regressor_.weights_, cpu.regressor_.weights_)
+    (m_cpu, s_cpu), (m_gpu, s_gpu) = (model.predict(mols[30:], return_std=True) for model in (cpu, gpu))
+    scale = np.abs(y[:30] - y[:30].mean()).max()
+    np.testing.assert_allclose(m_gpu, m_cpu, rtol=0, atol=1e-8 * scale)
+    np.testing.assert_allclose(s_gpu, s_cpu, rtol=0, atol=1e-8 * s_cpu.max())
+    for f_cpu, f_gpu in zip(cpu.predict_forces(mols[30:33]), gpu.predict_forces(mols[30:33])):
+        np.testing.assert_allclose(f_gpu, f_cpu, rtol=0, atol=1e-8 * np.abs(f_cpu).max())

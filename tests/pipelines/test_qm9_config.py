@@ -223,3 +223,21 @@ def test_a_sum_of_so3_ntks_needs_two_valid_terms_a_weight_grid_and_exact_sizes(t
                                  "sparse.environments=20", "sparse.exact_up_to=5"])
     loaded = TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {term}]}}"])
     assert loaded.models.so3_ntk_sum.weights == [0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0]
+    assert loaded.models.so3_ntk_sum.searched == loaded.models.so3_ntk_sum.weights
+
+
+def test_a_sum_of_three_so3_ntks_may_list_its_weight_points(tmp_path):
+    """``points`` replaces the product grid: each point names c_2, c_3 of the networks after
+    the first; a point of another length, a negative weight, or points beside an explicit
+    grid are named."""
+    config = tmp_path / "c.yaml"
+    config.write_text(SMALL)
+    terms = "terms: [{layers: 'lift:3 erf pool dense'}, {layers: 'lift:3 erf pool dense', sigma_w: 2.0}, {layers: 'lift:3 quadratic pool dense'}]"
+    loaded = TASKS.load(str(config), [f"models.so3_ntk_sum={{{terms}, points: [[0, 1], [0.03, 30]]}}"])
+    assert loaded.models.so3_ntk_sum.searched == [[0.0, 1.0], [0.03, 30.0]]
+    with pytest.raises(ConfigValidationError, match=r"models.so3_ntk_sum.points: each point gives the weights c_2, … of the 2 networks after the first, got \[0.03\]"):
+        TASKS.load(str(config), [f"models.so3_ntk_sum={{{terms}, points: [[0, 1], [0.03]]}}"])
+    with pytest.raises(ConfigValidationError, match=r"models.so3_ntk_sum.points\[0\]\[1\]: must be >= 0"):
+        TASKS.load(str(config), [f"models.so3_ntk_sum={{{terms}, points: [[0, -1]]}}"])
+    with pytest.raises(ConfigValidationError, match=r"models.so3_ntk_sum.points: give either weights \(a grid\) or points, not both"):
+        TASKS.load(str(config), [f"models.so3_ntk_sum={{{terms}, weights: [0, 1], points: [[0, 1]]}}"])

@@ -165,6 +165,21 @@ def test_fit_of_a_config_with_a_sum_equals_the_sum_built_by_hand(sum_runs, qm9):
     np.testing.assert_allclose(got_std, expected_std, rtol=1e-8)
 
 
+def test_a_sum_searched_over_points_equals_the_same_weights_as_a_grid(sum_runs, tmp_path):
+    """``points`` [[0], [0.3], [3]] are SUM's grid [0, 0.3, 3] of its one further network:
+    the run's sum records (weights, λ, MAE, CV error) are the same, bit for bit."""
+    _, _, records = sum_runs
+    config = tmp_path / "small_sum_points.yaml"
+    config.write_text("name: small_sum_points\n" + SMALL + f"output: {tmp_path / 'run'}\n")
+    points = SUM.replace("weights: [0.0, 0.3, 3.0]", "points: [[0.0], [0.3], [3.0]]")
+    run = CliRunner().invoke(app, ["run", str(config), "--set", f"models.so3_ntk_sum={points}", "--set", "models.so3_ntk=null"])
+    assert run.exit_code == 0, run.output
+    keys = ("n_train", "term_weights", "reg_relative", "mae", "cv_error")
+    got = [[r[k] for k in keys] for r in json.loads((tmp_path / "run" / "report.json").read_text())["results"]
+           if r["model"] == "so3-ntk-sum"]
+    assert got == [[r[k] for k in keys] for r in records if r["model"] == "so3-ntk-sum"] and len(got) >= 2
+
+
 # --------------------------------------------------------------------------- output folders
 
 

@@ -231,13 +231,33 @@ class SO3SumModelConfig(Section):
     c_2, … from ``weights``, chosen with λ by the ``regression`` section's CV on the training
     molecules at every training size (above ``regression.eigh_max``: the weights and relative
     λ of the largest size at or below it); :class:`~molntk.regression.kernel_sum.KernelSumRegressor`.
-    Exact kernels only; reported as ``so3-ntk-sum``. Cost: every term's kernel, and one
-    eigendecomposition per point of the weight grid (``len(weights)``^(terms − 1)) per size.
-    The saved model of each target (``molntk run``, ``molntk fit``) is then the sum,
-    :class:`~molntk.models.SO3NTKSumRegressor`."""
+    ``weights`` is the grid of each c_i (its product is searched); ``points`` instead lists the
+    points [c_2, …] to search (one entry per network after the first), for three or more
+    networks whose product grid would be too large. Exact kernels only; reported as
+    ``so3-ntk-sum``. Cost: every term's kernel, and one eigendecomposition per point searched
+    (``len(weights)``^(terms − 1) for the grid) per size. The saved model of each target
+    (``molntk run``, ``molntk fit``) is then the sum, :class:`~molntk.models.SO3NTKSumRegressor`."""
 
     terms: Annotated[list[SO3Candidate], Field(min_length=2)]
     weights: Annotated[list[NonNegative], Field(min_length=1)] = list(DEFAULT_WEIGHTS)
+    points: Annotated[list[Annotated[list[NonNegative], Field(min_length=1)]], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _points_match_terms(self) -> SO3SumModelConfig:
+        if self.points is None:
+            return self
+        if "weights" in self.model_fields_set:
+            raise FieldError("points", "give either weights (a grid) or points, not both")
+        wrong = [point for point in self.points if len(point) != len(self.terms) - 1]
+        if wrong:
+            raise FieldError("points", f"each point gives the weights c_2, … of the {len(self.terms) - 1} networks "
+                                       f"after the first, got {wrong[0]}")
+        return self
+
+    @property
+    def searched(self) -> list[float] | list[list[float]]:
+        """What :class:`~molntk.regression.kernel_sum.KernelSumRegressor` searches: ``points``, else the ``weights`` grid."""
+        return self.weights if self.points is None else self.points
 
 
 class MLPModelConfig(Section):

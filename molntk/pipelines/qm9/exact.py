@@ -204,7 +204,7 @@ def exact_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: ShellKernel
 
 
 def sum_records(config: QM9PropertyConfig, sets: QM9Sets, terms: Sequence[ShellKernels], name: str,
-                chosen: Sequence[Candidate], weights: Sequence[float], target: str, residual: bool,
+                chosen: Sequence[Candidate], weights: Sequence[float] | Sequence[Sequence[float]], target: str, residual: bool,
                 sizes: Sequence[int], predictions: dict) -> list[dict[str, Any]]:
     """Records of kernel ridge on the weighted sum of the ``terms``' kernels (the kernels of
     the networks ``chosen``) for ``target`` at each training size: the weights (c_2, … from

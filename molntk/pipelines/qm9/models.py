@@ -45,10 +45,10 @@ def so3_sum_estimator(config: QM9PropertyConfig, section: SO3SumModelConfig, red
                       weights: Sequence[float] | Sequence[Sequence[float]] | None = None) -> SO3NTKSumRegressor:
     """The unfitted sum of the section's networks: the first term's :func:`so3_estimator`
     parameters, each further term's network, feature maps and grid (:data:`TERM_PARAMS`) as
-    its ``terms``; ``weights``: the section's grid, or the points given (a run's choice)."""
+    its ``terms``; ``weights``: the section's grid or points (``searched``), or the points given (a run's choice)."""
     first, *rest = (so3_estimator(config, term, reduce, residual, elements) for term in section.terms)
     terms = [{k: v for k, v in est.get_params().items() if k in TERM_PARAMS} for est in rest]
-    return SO3NTKSumRegressor(**first.get_params(), terms=terms, weights=section.weights if weights is None else weights)
+    return SO3NTKSumRegressor(**first.get_params(), terms=terms, weights=section.searched if weights is None else weights)
 
 
 def config_sha256(config: QM9PropertyConfig) -> str:

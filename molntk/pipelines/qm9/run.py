@@ -184,7 +184,7 @@ def _sum_records(config: QM9PropertyConfig, source: str, sets: QM9Sets, assemble
                            "test": sum(float(s.test_seconds[-1]) for s in shells), "storage": shells[0].storage})
     records, models = [], {}
     for target in targets:
-        records += sum_records(config, sets, shells, "so3-ntk-sum", terms, section.weights, target, residual[target],
+        records += sum_records(config, sets, shells, "so3-ntk-sum", terms, section.searched, target, residual[target],
                                sizes, predictions)
         if saves_so3_model(config, sizes):
             n, chosen = sizes[-1], records[-1]["term_weights"][1:]

@@ -208,7 +208,9 @@ def test_power_spectrum_chooses_the_overlap_of_neighbour_elements_as_the_so3_can
         TASKS.load(str(config), ["models.power_spectrum={element_widths: [0.0]}"])
 
 
-def test_a_sum_of_so3_ntks_needs_two_valid_terms_a_weight_grid_and_exact_sizes(tmp_path):
+def test_a_sum_of_so3_ntks_needs_two_valid_terms_a_weight_grid_and_a_size_to_choose_them_on(tmp_path):
+    """Without an exact size the sum runs only as a sparse model, which must be listed in
+    ``sparse.models`` and given one weight point (there is no exact kernel to choose on)."""
     config = tmp_path / "c.yaml"
     config.write_text(SMALL)
     term = "{layers: 'lift:3 erf pool dense'}"
@@ -218,12 +220,23 @@ def test_a_sum_of_so3_ntks_needs_two_valid_terms_a_weight_grid_and_exact_sizes(t
         TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {{layers: 'lift:3 tanh pool dense'}}]}}"])
     with pytest.raises(ConfigValidationError, match=r"models.so3_ntk_sum.weights\[1\]"):
         TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {term}], weights: [0, -1]}}"])
-    with pytest.raises(ConfigValidationError, match="models.so3_ntk_sum: has exact kernels only, but sparse.exact_up_to 5"):
-        TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {term}]}}", "sparse.models=[so3_ntk]",
-                                 "sparse.environments=20", "sparse.exact_up_to=5"])
+    no_exact = ["sparse.environments=20", "sparse.exact_up_to=5"]
+    with pytest.raises(ConfigValidationError, match=r"models.so3_ntk_sum: has no exact training size \(sparse.exact_up_to 5 "
+                                                    r"is below the smallest n_train 10\) and is not in sparse.models"):
+        TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {term}]}}", "sparse.models=[so3_ntk]", *no_exact])
+    with pytest.raises(ConfigValidationError, match=r"models.so3_ntk_sum: has no exact training size to choose its weights on .*"
+                                                    r"give its sparse model one point \(points: \[\[c_2, …\]\]\), not 7"):
+        TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {term}]}}", "sparse.models=[so3_ntk_sum]", *no_exact])
+    one_point = TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {term}], points: [[0.3]]}}",
+                                         "sparse.models=[so3_ntk_sum]", *no_exact])
+    assert one_point.models.so3_ntk_sum.n_points == 1
+    with pytest.raises(ConfigValidationError, match=r"sparse.models: a sparse so3_ntk_sum needs kernel.pairing 'element' or 'shared'"):
+        TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {term}]}}", "sparse.models=[so3_ntk_sum]",
+                                 "kernel.pairing=atom-index"])
     loaded = TASKS.load(str(config), [f"models.so3_ntk_sum={{terms: [{term}, {term}]}}"])
     assert loaded.models.so3_ntk_sum.weights == [0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0]
     assert loaded.models.so3_ntk_sum.searched == loaded.models.so3_ntk_sum.weights
+    assert loaded.models.so3_ntk_sum.n_points == 7
 
 
 def test_a_sum_of_three_so3_ntks_may_list_its_weight_points(tmp_path):
@@ -234,7 +247,7 @@ def test_a_sum_of_three_so3_ntks_may_list_its_weight_points(tmp_path):
     config.write_text(SMALL)
     terms = "terms: [{layers: 'lift:3 erf pool dense'}, {layers: 'lift:3 erf pool dense', sigma_w: 2.0}, {layers: 'lift:3 quadratic pool dense'}]"
     loaded = TASKS.load(str(config), [f"models.so3_ntk_sum={{{terms}, points: [[0, 1], [0.03, 30]]}}"])
-    assert loaded.models.so3_ntk_sum.searched == [[0.0, 1.0], [0.03, 30.0]]
+    assert loaded.models.so3_ntk_sum.searched == [[0.0, 1.0], [0.03, 30.0]] and loaded.models.so3_ntk_sum.n_points == 2
     with pytest.raises(ConfigValidationError, match=r"models.so3_ntk_sum.points: each point gives the weights c_2, … of the 2 networks after the first, got \[0.03\]"):
         TASKS.load(str(config), [f"models.so3_ntk_sum={{{terms}, points: [[0, 1], [0.03]]}}"])
     with pytest.raises(ConfigValidationError, match=r"models.so3_ntk_sum.points\[0\]\[1\]: must be >= 0"):

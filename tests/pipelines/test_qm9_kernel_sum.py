@@ -2,7 +2,10 @@
 against kernel ridge computed here on the two networks' own kernels (each computed from its
 recipe, not from the run's block assembler), the λ search done by the plain regressor for
 each weight; the refit above ``eigh_max`` with the weights and relative λ of the largest
-size below; weight 0 is the first network alone."""
+size below; weight 0 is the first network alone. Its sparse model (``so3_ntk_sum`` in
+``sparse.models``) on every training environment against the same kernel ridge: with the
+exact sum's weights and scales, or, without exact sizes, with its one point and the mean
+self-kernels of the training molecules."""
 
 from __future__ import annotations
 
@@ -29,19 +32,43 @@ SECOND = "{layers: 'lift:3 erf pool dense', sigma_w: 1.0, sigma_b: 0.1, radial: 
 WEIGHTS = [0.0, 0.3, 3.0]
 
 
-def run_sum(tmp_path, weights, name):
+#: Every training environment inducing (the pool is the largest training set), K_mm's
+#: pseudo-inverse cut at 1e-12 of its largest eigenvalue.
+EVERY_ENVIRONMENT = "{models: [so3_ntk_sum], environments: 100000, selection: random, rank_rtol: 1.0e-12}"
+
+
+def run_sum(tmp_path, weights, name, *settings, points=None):
     """``molntk run`` of the small config (sizes 10, 18, 24; eigh_max 18) with the sum of the
-    two networks; its config and records."""
+    two networks (the weight grid ``weights``, or ``points``) and the further ``--set``
+    ``settings``; its config and records."""
     config = tmp_path / f"{name}.yaml"
     config.write_text(
         SMALL.replace("n_train: [10, 24]", "n_train: [10, 18, 24]").replace("power_spectrum: {zetas: [1, 2]}}", "power_spectrum: null}")
     )
+    search = f"weights: {weights}" if points is None else f"points: {points}"
+    sets = ["regression.eigh_max=18", f"models.so3_ntk_sum={{terms: [{FIRST}, {SECOND}], {search}}}", *settings]
     result = CliRunner().invoke(app, ["run", str(config), "--json", "--set", f"output={tmp_path / name}",
-                                      "--set", "regression.eigh_max=18",
-                                      "--set", f"models.so3_ntk_sum={{terms: [{FIRST}, {SECOND}], weights: {weights}}}"])
+                                      *[a for kv in sets for a in ("--set", kv)]])
     assert result.exit_code == 0, result.output
     records = json.loads((tmp_path / name / "report.json").read_text())["results"]
     return TASKS.load(config), records
+
+
+def network_kernels(config, qm9, n_train=24, n_test=8):
+    """Each network's NTK on the first ``n_train`` training molecules and against the first
+    ``n_test`` test molecules of the standard split, from its recipe; the targets; whether
+    a kernel is a quadrature."""
+    split = standard_split(len(qm9), 0)
+    train, test = qm9.molecules(split.train[:n_train].tolist()), qm9.molecules(split.test[:n_test].tolist())
+    y, y_test = qm9.target("u0_atom")[split.train[:n_train]], qm9.target("u0_atom")[split.test[:n_test]]
+    kernels, quadrature = [], False
+    for text in (FIRST, SECOND):
+        recipe = so3_recipe(config, SO3Candidate(**yaml.safe_load(text)), "sum")
+        quadrature |= recipe.quadrature
+        kernel = recipe.molecular_kernel()
+        environments = recipe.environments(train)
+        kernels.append((kernel(environments).ntk.double().numpy(), kernel(recipe.environments(test), environments).ntk.double().numpy()))
+    return kernels, (train, test, y, y_test), quadrature
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +78,7 @@ def sum_run(tmp_path_factory):
 
 def test_the_sum_is_kernel_ridge_on_the_weighted_sum_of_the_networks_kernels(sum_run, qm9):
     config, records = sum_run
-    split = standard_split(len(qm9), 0)
-    train, test = qm9.molecules(split.train[:24].tolist()), qm9.molecules(split.test[:8].tolist())
-    y, y_test = qm9.target("u0_atom")[split.train[:24]], qm9.target("u0_atom")[split.test[:8]]
-    kernels, quadrature = [], False
-    for text in (FIRST, SECOND):
-        recipe = so3_recipe(config, SO3Candidate(**yaml.safe_load(text)), "sum")
-        quadrature |= recipe.quadrature
-        kernel = recipe.molecular_kernel()
-        environments = recipe.environments(train)
-        kernels.append((kernel(environments).ntk.double().numpy(), kernel(recipe.environments(test), environments).ntk.double().numpy()))
+    kernels, (train, test, y, y_test), quadrature = network_kernels(config, qm9)
     grid = lambda_grid(config.regression.psd_rtol, quadrature)
     sums = {r["n_train"]: r for r in records if r["model"] == "so3-ntk-sum"}
     chosen = None
@@ -117,3 +135,63 @@ def test_the_shipped_exact_config_runs_the_sum_beside_its_parts_at_small_n(tmp_p
             assert r["term_weights"][0] == 1.0 and r["term_weights"][1] in grid and np.isfinite(r["mae"])
     n_blocks = document["kernel_blocks"]
     assert n_blocks["from_cache"] > 0  # the sum's first term = the so3_ntk candidate: its blocks are reused
+
+
+def summed_ridge(kernels, data, config, n, weights, scales):
+    """Test MAE and relative λ of kernel ridge (λ by LOO on the relative grid of a
+    quadrature) on Σ_i c_i K_i / τ_i of the first n training molecules' dressed-atom residual."""
+    train, test, y, y_test = data
+    base_train, base_test = dressed_atom(train[:n], y[:n], test)
+    K = sum(c / tau * K[:n, :n] for (K, _), c, tau in zip(kernels, weights, scales))
+    K_test = sum(c / tau * K_t[:, :n] for (_, K_t), c, tau in zip(kernels, weights, scales))
+    grid = lambda_grid(config.regression.psd_rtol, True)
+    model = KernelRegressor("ntk", reg="cv", psd_rtol=config.regression.psd_rtol, relative_grid=grid).fit(K, y[:n] - base_train)
+    return float(np.abs(base_test + model.predict(K_test) - y_test).mean()), model.reg_relative_
+
+
+#: The sparse model on every training environment is kernel ridge on the Nyström kernel
+#: K_nm K_mm⁺ K_mn, which is the exact kernel up to the eigenvalues of K_mm the pseudo-inverse
+#: drops: the quadrature's negative ones, ≥ −6.3e-8 of the largest for these networks on the
+#: small config's grid (measured: eigenvalues of the 450 environments of the 24 training
+#: molecules), amplified at most by κ(K + λI) ≤ 1e4 (λ ≥ psd_rtol · mean diag = 1e-4):
+#: predictions agree to ≈ 6e-4 relative (measured 3e-6).
+NYSTROM_REL = 1e-3
+
+
+def test_the_sparse_sum_takes_the_exact_sums_weights_and_scales(tmp_path, sum_run, qm9):
+    """With exact sizes, the sparse sum uses the weights and τ_i of the exact sum's record at
+    the largest size ≤ eigh_max (18) at every size; on every training environment it is the
+    exact kernel ridge on that sum, and at n = 18 the exact sum itself."""
+    config, records = run_sum(tmp_path, WEIGHTS, "sparse", f"sparse={EVERY_ENVIRONMENT}")
+    exact = {r["n_train"]: r for r in records if r["model"] == "so3-ntk-sum"}
+    sparse = {r["n_train"]: r for r in records if r["model"] == "so3-ntk-sum-sparse"}
+    assert set(sparse) == {10, 18, 24} and all(r["n_inducing"] > 24 for r in sparse.values())
+    alone = {r["n_train"]: r for r in sum_run[1] if r["model"] == "so3-ntk-sum"}  # the same run without the sparse model
+    for key in ("mae", "reg_relative", "term_weights", "term_scales"):
+        assert [exact[n][key] for n in (10, 18, 24)] == [alone[n][key] for n in (10, 18, 24)]
+    kernels, data, _ = network_kernels(config, qm9)
+    weights, scales = exact[18]["term_weights"], exact[18]["term_scales"]
+    assert scales == pytest.approx([np.mean(np.diag(K[:18, :18])) for K, _ in kernels], rel=1e-12)
+    for n, record in sparse.items():
+        assert record["term_weights"] == weights and record["term_scales"] == scales
+        assert record["hyperparameters"].startswith(f"1·[lift:3 erf pool dense") and f" + {weights[1]:g}·[" in record["hyperparameters"]
+        mae, reg_relative = summed_ridge(kernels, data, config, n, weights, scales)
+        assert record["reg_relative"] == pytest.approx(reg_relative, rel=1e-12)
+        assert record["mae"] == pytest.approx(mae, rel=NYSTROM_REL)
+    assert sparse[18]["mae"] == pytest.approx(exact[18]["mae"], rel=NYSTROM_REL)
+
+
+def test_without_exact_sizes_the_sparse_sum_takes_its_one_point_and_the_mean_self_kernels(tmp_path, qm9):
+    """``sparse.exact_up_to`` below every size: only the sparse sum, with the section's one
+    point and τ_i the mean Θ_i(M, M) of the training molecules (all 24: fewer than 1,000)."""
+    config, records = run_sum(tmp_path, None, "point", f"sparse={EVERY_ENVIRONMENT}", "sparse.exact_up_to=5",
+                              "models.so3_ntk=null", points=[[0.3]])
+    assert {r["model"] for r in records} == {"dressed-atom", "so3-ntk-sum-sparse"}
+    kernels, data, _ = network_kernels(config, qm9)
+    scales = [float(np.mean(np.diag(K))) for K, _ in kernels]
+    for record in (r for r in records if r["model"] == "so3-ntk-sum-sparse"):
+        assert record["term_weights"] == [1.0, 0.3]
+        assert record["term_scales"] == pytest.approx(scales, rel=1e-12)
+        mae, reg_relative = summed_ridge(kernels, data, config, record["n_train"], [1.0, 0.3], scales)
+        assert record["reg_relative"] == pytest.approx(reg_relative, rel=1e-12)
+        assert record["mae"] == pytest.approx(mae, rel=NYSTROM_REL)

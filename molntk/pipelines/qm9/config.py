@@ -233,10 +233,14 @@ class SO3SumModelConfig(Section):
     λ of the largest size at or below it); :class:`~molntk.regression.kernel_sum.KernelSumRegressor`.
     ``weights`` is the grid of each c_i (its product is searched); ``points`` instead lists the
     points [c_2, …] to search (one entry per network after the first), for three or more
-    networks whose product grid would be too large. Exact kernels only; reported as
-    ``so3-ntk-sum``. Cost: every term's kernel, and one eigendecomposition per point searched
-    (``len(weights)``^(terms − 1) for the grid) per size. The saved model of each target
-    (``molntk run``, ``molntk fit``) is then the sum, :class:`~molntk.models.SO3NTKSumRegressor`."""
+    networks whose product grid would be too large. Reported as ``so3-ntk-sum``. Cost: every
+    term's kernel, and one eigendecomposition per point searched (``len(weights)``^(terms − 1)
+    for the grid) per size. The saved model of each target (``molntk run``, ``molntk fit``)
+    is then the sum, :class:`~molntk.models.SO3NTKSumRegressor`. Listed in ``sparse.models``,
+    the sum also has a sparse model, ``so3-ntk-sum-sparse``: Σ_i c_i Θ_i / τ_i on one set of
+    inducing environments, with the weights and τ_i the exact sum chose at its largest size
+    ≤ ``regression.eigh_max``; a run without exact sizes gives it one point (τ_i then the mean
+    self-kernel of the first 1,000 training molecules) (:mod:`molntk.pipelines.qm9.sparse`)."""
 
     terms: Annotated[list[SO3Candidate], Field(min_length=2)]
     weights: Annotated[list[NonNegative], Field(min_length=1)] = list(DEFAULT_WEIGHTS)
@@ -258,6 +262,11 @@ class SO3SumModelConfig(Section):
     def searched(self) -> list[float] | list[list[float]]:
         """What :class:`~molntk.regression.kernel_sum.KernelSumRegressor` searches: ``points``, else the ``weights`` grid."""
         return self.weights if self.points is None else self.points
+
+    @property
+    def n_points(self) -> int:
+        """How many weight points are searched: ``len(points)``, else len(weights)^(terms − 1)."""
+        return len(self.points) if self.points is not None else len(self.weights) ** (len(self.terms) - 1)
 
 
 class MLPModelConfig(Section):
@@ -427,7 +436,7 @@ class ComputeConfig(Section):
 
 
 #: QM9 models whose kernel is a sum over atom pairs: they have sparse versions.
-SPARSE_MODELS = ("so3_ntk", "mlp_ntk", "augmented_mlp_ntk", "power_spectrum", "soap", "fchl19")
+SPARSE_MODELS = ("so3_ntk", "so3_ntk_sum", "mlp_ntk", "augmented_mlp_ntk", "power_spectrum", "soap", "fchl19")
 
 
 class SparseConfig(Section):
@@ -543,17 +552,25 @@ class QM9PropertyConfig(TaskConfig):
         for name in [] if self.sparse is None else self.sparse.models:
             if getattr(self.models, name) is None:
                 raise FieldError("sparse.models", f"lists {name!r}, but models.{name} is null")
-            if name == "so3_ntk" and self.kernel.pairing == "atom-index":
-                raise FieldError("sparse.models", "a sparse so3_ntk needs kernel.pairing 'element' or 'shared', not 'atom-index'")
+            if name in ("so3_ntk", "so3_ntk_sum") and self.kernel.pairing == "atom-index":
+                raise FieldError("sparse.models", f"a sparse {name} needs kernel.pairing 'element' or 'shared', not 'atom-index'")
         return self
 
     @model_validator(mode="after")
-    def _sum_has_exact_sizes(self) -> QM9PropertyConfig:
-        """The sum of SO(3) NTKs has exact kernels only: some size must be up to ``sparse.exact_up_to``."""
-        limit = None if self.sparse is None else self.sparse.exact_up_to
-        if self.models.so3_ntk_sum is not None and limit is not None and limit < self.learning_curve.n_train[0]:
-            raise FieldError("models.so3_ntk_sum", f"has exact kernels only, but sparse.exact_up_to {limit} is below "
-                             f"the smallest n_train {self.learning_curve.n_train[0]}")
+    def _sum_has_weights_at_every_size(self) -> QM9PropertyConfig:
+        """Without an exact size (``sparse.exact_up_to`` below the smallest n_train) the sum
+        has only its sparse model, which cannot choose among weight points: it must be listed
+        in ``sparse.models`` and give one point."""
+        section, sparse = self.models.so3_ntk_sum, self.sparse
+        limit = None if sparse is None else sparse.exact_up_to
+        if section is None or limit is None or limit >= self.learning_curve.n_train[0]:
+            return self
+        where = f"sparse.exact_up_to {limit} is below the smallest n_train {self.learning_curve.n_train[0]}"
+        if "so3_ntk_sum" not in sparse.models:
+            raise FieldError("models.so3_ntk_sum", f"has no exact training size ({where}) and is not in sparse.models")
+        if section.n_points != 1:
+            raise FieldError("models.so3_ntk_sum", f"has no exact training size to choose its weights on ({where}): "
+                             f"give its sparse model one point (points: [[c_2, …]]), not {section.n_points}")
         return self
 
     @model_validator(mode="after")

@@ -212,7 +212,8 @@ def sum_records(config: QM9PropertyConfig, sets: QM9Sets, terms: Sequence[ShellK
     (:class:`~molntk.regression.kernel_sum.KernelSumRegressor`); above
     ``regression.eigh_max`` the weights and relative λ of the largest size at or below it
     (the sum's mean diagonal is Σ_i c_i, as each term is divided by its own). Each record
-    gives the chosen ``term_weights`` (c_1 = 1, …), also in its ``hyperparameters``."""
+    gives the chosen ``term_weights`` (c_1 = 1, …), also in its ``hyperparameters``, and the
+    networks' training scales ``term_scales`` (τ_i)."""
     quadrature = any(c.quadrature for c in chosen)
     records: list[dict[str, Any]] = []
     fixed: tuple[tuple[float, ...], float] | None = None  # (weights, relative λ) of the largest size ≤ eigh_max
@@ -231,6 +232,7 @@ def sum_records(config: QM9PropertyConfig, sets: QM9Sets, terms: Sequence[ShellK
         )
         record["hyperparameters"] = " + ".join(f"{w:g}·[{c.label}]" for w, c in zip(model.weights_, chosen))
         record["term_weights"] = list(model.weights_)
+        record["term_scales"] = [float(tau) for tau in model.scales_]
         if not large:
             fixed = (model.weights_, record["reg_relative"])
         records.append(record)

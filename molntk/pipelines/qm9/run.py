@@ -18,7 +18,7 @@ from molntk.pipelines.qm9.evaluate import dressed_atom_records, paired_compariso
 from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels, sum_records
 from molntk.pipelines.qm9.models import model_from_kernels, so3_estimator, so3_sum_estimator
 from molntk.pipelines.qm9.sets import QM9Sets, load_sets
-from molntk.pipelines.qm9.sparse import SUFFIX, sparse_kernels, sparse_records
+from molntk.pipelines.qm9.sparse import SUFFIX, sparse_kernels, sparse_records, sparse_sum_kernels, sum_scales
 from molntk.scale import open_executor, torch_threads
 from molntk.scale.progress import Progress
 
@@ -107,7 +107,7 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
     chosen SO(3) model of each target is refitted on the kernel of the largest exact
     size (with its NNGP, computed in the same blocks) to be saved (:func:`saves_so3_model`);
     the sum of SO(3) NTKs (``models.so3_ntk_sum``) comes last, on the exact sizes, and when
-    the config has one, its model is the saved one instead."""
+    the config has one, its model is the saved one instead; its sparse model after it."""
     records: list[dict[str, Any]] = []
     search: list[dict[str, Any]] = []
     predictions: dict[str, dict[str, list[float]]] = {}
@@ -153,14 +153,19 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
                                        "test": sparse.seconds_between(sets.n_train, sets.n_train + sets.n_test),
                                        "storage": "memory" if assembler.matrices_dir is None else "disk"})
                 for target in targets:
-                    records += sparse_records(config, sets, sparse, name, chosen, target, residual[target], predictions)
+                    records += sparse_records(config, sets, sparse, name, chosen.label, chosen.quadrature, target,
+                                              residual[target], predictions)
                 sparse.release()
             sets.molecules.release()  # feature maps and descriptors: computed again by a model that needs them
+        sum_records_: list[dict[str, Any]] = []
         if config.models.so3_ntk_sum is not None and exact_sizes:
             sum_records_, sum_models = _sum_records(config, source, sets, assembler, progress, reduce, targets, residual,
                                                     exact_sizes, predictions, kernel_seconds)
             records += sum_records_
             models |= sum_models
+        if config.sparse is not None and "so3_ntk_sum" in config.sparse.models:
+            records += _sparse_sum_records(config, sets, assembler, progress, reduce, targets, residual, sum_records_,
+                                           predictions, kernel_seconds)
     return records, search, predictions, kernel_seconds, models
 
 
@@ -195,3 +200,40 @@ def _sum_records(config: QM9PropertyConfig, source: str, sets: QM9Sets, assemble
     for s in shells:
         s.release()
     return records, models
+
+
+def _sparse_sum_records(config: QM9PropertyConfig, sets: QM9Sets, assembler: BlockAssembler, progress: Progress | None,
+                        reduce: str, targets: list[str], residual: dict[str, bool], exact: list[dict[str, Any]],
+                        predictions: dict, kernel_seconds: list) -> list[dict[str, Any]]:
+    """The sparse sum of SO(3) NTKs (``so3_ntk_sum`` in ``sparse.models``) of each target on
+    Θ = Σ_i (c_i / τ_i) Θ_i: the weights c_i and scales τ_i of the exact sum's record at its
+    largest size ≤ ``regression.eigh_max`` (``exact``, its records), else the section's one
+    point and :func:`~molntk.pipelines.qm9.sparse.sum_scales`; targets with the same
+    weights share one kernel (:func:`~molntk.pipelines.qm9.sparse.sparse_sum_kernels`)."""
+    section = config.models.so3_ntk_sum
+    terms = [so3_candidate(config, term, reduce, sets.composition.elements) for term in section.terms]
+    chosen: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+    fallback = None
+    for target in targets:
+        fitted = [r for r in exact if r["target"] == target and r["n_train"] <= config.regression.eigh_max]
+        if fitted:
+            chosen[target] = (tuple(fitted[-1]["term_weights"]), tuple(fitted[-1]["term_scales"]))
+        else:
+            point = section.points[0] if section.points is not None else [section.weights[0]] * (len(terms) - 1)
+            fallback = fallback or ((1.0, *map(float, point)), tuple(sum_scales(terms, sets)))
+            chosen[target] = fallback
+    name, records = "so3-ntk-sum", []
+    for weights, scales in dict.fromkeys(chosen.values()):
+        coefficients = [c / tau for c, tau in zip(weights, scales)]
+        kernels = sparse_sum_kernels(terms, coefficients, sets, config.sparse, assembler, progress, f"{name}{SUFFIX}-{reduce}")
+        kernel_seconds.append({"model": name + SUFFIX, "reduce": reduce, "inducing": kernels.inducing_seconds,
+                               "train": kernels.inducing_seconds + kernels.seconds_between(0, sets.n_train),
+                               "test": kernels.seconds_between(sets.n_train, sets.n_train + sets.n_test),
+                               "storage": "memory" if assembler.matrices_dir is None else "disk"})
+        label = " + ".join(f"{c:g}·[{term.label}]" for c, term in zip(weights, terms))
+        quadrature = any(term.quadrature for term in terms)
+        for target in (t for t in targets if chosen[t] == (weights, scales)):
+            records += sparse_records(config, sets, kernels, name, label, quadrature, target, residual[target], predictions,
+                                      term_weights=list(weights), term_scales=list(scales))
+        kernels.release()
+    return records

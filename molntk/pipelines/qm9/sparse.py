@@ -25,6 +25,13 @@ For a model listed in ``sparse.models``, with the candidate chosen for its exact
    (``falkon``: preconditioned CG, λ on held-out training molecules), over the same relative
    grid as the exact model (floored at ``psd_rtol`` for quadrature kernels).
 
+The sum of SO(3) NTKs (``so3_ntk_sum`` in ``sparse.models``) is one model on one inducing
+set, chosen in step 1 in the first network's feature maps (every network's maps describe
+the same atoms): Θ = Σ_i a_i Θ_i with a_i = c_i / τ_i, the weights and training scales the
+exact sum chose (:func:`sparse_sum_kernels`, :func:`sum_scales`); each network's blocks in
+step 2 as for one network, its rows added into the sum's one network at a time (two n × m
+matrices at most), then steps 3–4 on the sum.
+
 ``fit_seconds`` = the compute seconds of Θ(inducing, inducing), of its factor and of the
 training rows' blocks + the fit; ``predict_seconds`` = the test rows' blocks + the product.
 """
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +55,7 @@ from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
 from molntk.pipelines.qm9.candidates import Candidate, dtype_and_device
 from molntk.pipelines.qm9.config import QM9PropertyConfig, SparseConfig
 from molntk.pipelines.qm9.evaluate import evaluate_model
+from molntk.pipelines.qm9.exact import self_kernels
 from molntk.pipelines.qm9.sets import QM9Sets
 from molntk.regression.falkon import FalkonRegressor
 from molntk.regression.nystrom import InducingRoot, factor_inducing
@@ -108,6 +117,56 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, as
                    progress: Progress | None, label: str) -> SparseKernels:
     """Steps 1–3 of the module docstring for the chosen ``candidate``."""
     inducing = inducing_set(candidate, sets, sparse)
+    return _factored(_assembled(candidate, inducing, sets, assembler, progress, label), sparse)
+
+
+def sparse_sum_kernels(terms: Sequence[Candidate], coefficients: Sequence[float], sets: QM9Sets, sparse: SparseConfig,
+                       assembler: BlockAssembler, progress: Progress | None, label: str) -> SparseKernels:
+    """Steps 1–3 for Θ = Σ_i a_i Θ_i, the kernels of the networks ``terms`` weighted by
+    ``coefficients`` a_i (c_i / τ_i; a term of weight 0 is not computed): the inducing
+    environments chosen in the first network's maps, each network's Θ(inducing, inducing)
+    and rows assembled as :func:`sparse_kernels` does (its blocks cached under its own key)
+    and added in place into the first's, then one factor of the sum."""
+    inducing = inducing_set(terms[0], sets, sparse)
+    total: SparseKernels | None = None
+    for i, (term, a) in enumerate(zip(terms, coefficients)):
+        if a == 0:
+            continue
+        part = _assembled(term, inducing, sets, assembler, progress, f"{label}-term{i + 1}")
+        if total is None:
+            total = part
+            _add_scaled(total.inducing, a, None)
+            _add_scaled(total.rows, a, None)
+            continue
+        _add_scaled(total.inducing, a, part.inducing)
+        _add_scaled(total.rows, a, part.rows)
+        total.inducing_seconds += part.inducing_seconds
+        total.row_ends = np.concatenate([total.row_ends, part.row_ends])
+        total.row_seconds = np.concatenate([total.row_seconds, part.row_seconds])
+        part.release()
+    if total is None:
+        raise ValueError("a sum of kernels needs a term of positive weight")
+    return _factored(total, sparse)
+
+
+def sum_scales(terms: Sequence[Candidate], sets: QM9Sets, n_molecules: int = 1000) -> list[float]:
+    """τ_i of each network when no exact sum chose them: the mean self-kernel Θ_i(M, M) of
+    the first ``n_molecules`` training molecules (the exact sum's τ_i is that mean over its
+    training set). On QM9 1,000 molecules estimate it to ≈ 1.5 % (the 3 Å quadratic-head
+    network's self-kernels vary by 46 % of their mean; the first 1,000 of the standard split
+    are 0.8 % above the mean of the first 10,000), far finer than the ×3 steps of a weight grid."""
+    rows = np.arange(min(n_molecules, sets.n_train))
+    scales = []
+    for term in terms:
+        scales.append(float(np.mean(self_kernels(block_kernel(term, sets.molecules), rows))))
+        sets.molecules.release()
+    return scales
+
+
+def _assembled(candidate: Candidate, inducing: InducingSet, sets: QM9Sets, assembler: BlockAssembler,
+               progress: Progress | None, label: str) -> SparseKernels:
+    """Step 2 for ``candidate`` on the ``inducing`` set: Θ(inducing, inducing) (not yet
+    factored) and the rows of every molecule of the run, with their compute seconds."""
     kernel = block_kernel(candidate, inducing)
     for group in (sets.molecules, sets.inducing_pool):  # the block kernel holds the inducing set's own copy
         if group is not None:
@@ -119,20 +178,35 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, as
         progress=labelled(progress, label),
     )
     seconds = assembly.seconds
-    inducing_seconds = float(sum(s for b, s in zip(assembly.blocks, seconds) if b.matrix == TRAIN))
     row_blocks = [(b.row_slice.stop, s) for b, s in zip(assembly.blocks, seconds) if b.matrix == TEST]
-    inducing, start = assembly.matrices.pop(f"{candidate.matrix}_train"), time.perf_counter()
-    if sparse.solver == "nystrom":
-        inducing = factor_inducing(inducing, sparse.rank_rtol, sparse.factorisation, overwrite=True)
     return SparseKernels(
-        inducing=inducing,
+        inducing=assembly.matrices.pop(f"{candidate.matrix}_train"),
         rows=assembly.matrices[f"{candidate.matrix}_test"],
-        inducing_seconds=inducing_seconds,
+        inducing_seconds=float(sum(s for b, s in zip(assembly.blocks, seconds) if b.matrix == TRAIN)),
         row_ends=np.array([end for end, _ in row_blocks]),
         row_seconds=np.array([s for _, s in row_blocks]),
-        factor_seconds=time.perf_counter() - start,
         folder=None if assembler.matrices_dir is None else assembler.matrices_dir / label,
     )
+
+
+def _factored(kernels: SparseKernels, sparse: SparseConfig) -> SparseKernels:
+    """Step 3: for ``sparse.solver: nystrom``, Θ(inducing, inducing) replaced by its factor."""
+    start = time.perf_counter()
+    if sparse.solver == "nystrom":
+        kernels.inducing = factor_inducing(kernels.inducing, sparse.rank_rtol, sparse.factorisation, overwrite=True)
+    kernels.factor_seconds = time.perf_counter() - start
+    return kernels
+
+
+def _add_scaled(out: np.ndarray, a: float, part: np.ndarray | None, rows: int = 4096) -> None:
+    """out += a · part in place, ``rows`` rows at a time (no full-size temporary; out may be
+    a memory map); without ``part``, out *= a."""
+    for start in range(0, len(out), rows):
+        stop = start + rows
+        if part is None:
+            out[start:stop] *= a
+        else:
+            out[start:stop] += a * part[start:stop]
 
 
 def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray | InducingRoot, y: np.ndarray, config: QM9PropertyConfig,
@@ -152,20 +226,22 @@ def fit_sparse(K_nm: np.ndarray, K_mm: np.ndarray | InducingRoot, y: np.ndarray,
                                  rank_rtol=sparse.rank_rtol, factorisation=sparse.factorisation).fit(K_nm, K_mm, y)
 
 
-def sparse_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: SparseKernels, name: str, chosen: Candidate,
-                   target: str, residual: bool, predictions: dict) -> list[dict[str, Any]]:
-    """Records of the sparse model for ``target`` at every training size (step 4)."""
+def sparse_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: SparseKernels, name: str, label: str,
+                   quadrature: bool, target: str, residual: bool, predictions: dict, **extra: Any) -> list[dict[str, Any]]:
+    """Records of the sparse model for ``target`` at every training size (step 4): ``label``
+    names its kernel, ``quadrature`` whether the kernel is a quadrature (λ floored);
+    ``extra`` goes into every record."""
     n_train, n_test = sets.n_train, sets.n_test
     m = kernels.rows.shape[1]
-    label = f"{chosen.label}; {m} inducing environments ({config.sparse.selection})"
+    label = f"{label}; {m} inducing environments ({config.sparse.selection})"
     test_seconds = kernels.seconds_between(n_train, n_train + n_test)
     return [
         evaluate_model(
             sets, name + SUFFIX, target, residual, n, predictions,
-            fit=lambda z, n=n: fit_sparse(kernels.rows[:n], kernels.inducing, z, config, chosen.quadrature),
+            fit=lambda z, n=n: fit_sparse(kernels.rows[:n], kernels.inducing, z, config, quadrature),
             test_kernel=kernels.rows[n_train : n_train + n_test], rotated_kernel=kernels.rows[n_train + n_test :],
             kernel_seconds=(kernels.inducing_seconds + kernels.factor_seconds + kernels.seconds_between(0, n), test_seconds),
-            hyperparameters=label, n_inducing=m,
+            hyperparameters=label, n_inducing=m, **extra,
         )
         for n in sets.sizes
     ]

@@ -195,3 +195,18 @@ def test_without_exact_sizes_the_sparse_sum_takes_its_one_point_and_the_mean_sel
         mae, reg_relative = summed_ridge(kernels, data, config, record["n_train"], [1.0, 0.3], scales)
         assert record["reg_relative"] == pytest.approx(reg_relative, rel=1e-12)
         assert record["mae"] == pytest.approx(mae, rel=NYSTROM_REL)
+
+
+def test_the_sparse_sum_on_out_of_core_matrices_equals_the_one_in_memory(tmp_path):
+    """``compute.storage: disk``: each network's rows are memory maps, the second added into
+    the first's in place; the same arithmetic as in memory gives the same records (to
+    rounding of the solver's BLAS, 1e-12), and every scratch matrix is gone afterwards."""
+    runs = {}
+    for storage in ("memory", "disk"):
+        _, records = run_sum(tmp_path, None, storage, f"sparse={EVERY_ENVIRONMENT}", "sparse.exact_up_to=5",
+                             "models.so3_ntk=null", f"compute.storage={storage}", points=[[0.3]])
+        runs[storage] = {r["n_train"]: r for r in records if r["model"] == "so3-ntk-sum-sparse"}
+    for n in (10, 18, 24):
+        assert runs["disk"][n]["reg_relative"] == runs["memory"][n]["reg_relative"]
+        assert runs["disk"][n]["mae"] == pytest.approx(runs["memory"][n]["mae"], rel=1e-12)
+    assert not list((tmp_path / "disk" / "kernel_matrices").iterdir())

@@ -135,6 +135,7 @@ def sparse_sum_kernels(terms: Sequence[Candidate], coefficients: Sequence[float]
         part = _assembled(term, inducing, sets, assembler, progress, f"{label}-term{i + 1}")
         if total is None:
             total = part
+            total.inducing, total.rows = _writable(total.inducing), _writable(total.rows)
             _add_scaled(total.inducing, a, None)
             _add_scaled(total.rows, a, None)
             continue
@@ -196,6 +197,14 @@ def _factored(kernels: SparseKernels, sparse: SparseConfig) -> SparseKernels:
         kernels.inducing = factor_inducing(kernels.inducing, sparse.rank_rtol, sparse.factorisation, overwrite=True)
     kernels.factor_seconds = time.perf_counter() - start
     return kernels
+
+
+def _writable(matrix: np.ndarray) -> np.ndarray:
+    """``matrix``, or for an out-of-core matrix (the assembler's read-only memory map) the
+    same file reopened for writing, so the sum accumulates in it."""
+    if isinstance(matrix, np.memmap) and not matrix.flags.writeable:
+        return np.load(matrix.filename, mmap_mode="r+")
+    return matrix
 
 
 def _add_scaled(out: np.ndarray, a: float, part: np.ndarray | None, rows: int = 4096) -> None:

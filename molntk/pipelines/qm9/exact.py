@@ -203,6 +203,11 @@ def exact_records(config: QM9PropertyConfig, sets: QM9Sets, kernels: ShellKernel
     return records
 
 
+def sum_label(weights: Sequence[float], networks: Sequence[Candidate]) -> str:
+    """The label of Σ_i c_i Θ_i: "c_1·[network 1] + c_2·[network 2] + …"."""
+    return " + ".join(f"{c:g}·[{network.label}]" for c, network in zip(weights, networks))
+
+
 def sum_records(config: QM9PropertyConfig, sets: QM9Sets, terms: Sequence[ShellKernels], name: str,
                 chosen: Sequence[Candidate], weights: Sequence[float] | Sequence[Sequence[float]], target: str, residual: bool,
                 sizes: Sequence[int], predictions: dict) -> list[dict[str, Any]]:
@@ -230,7 +235,7 @@ def sum_records(config: QM9PropertyConfig, sets: QM9Sets, terms: Sequence[ShellK
             kernel_seconds=(sum(float(t.train_seconds[k]) for t in terms), sum(float(t.test_seconds[k]) for t in terms)),
             hyperparameters="", test_diag=[t.test_diag for t in terms],
         )
-        record["hyperparameters"] = " + ".join(f"{w:g}·[{c.label}]" for w, c in zip(model.weights_, chosen))
+        record["hyperparameters"] = sum_label(model.weights_, chosen)
         record["term_weights"] = list(model.weights_)
         record["term_scales"] = [float(tau) for tau in model.scales_]
         if not large:

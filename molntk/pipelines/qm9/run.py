@@ -15,7 +15,7 @@ from molntk.pipelines.qm9.assembly import BlockAssembler, block_kernel
 from molntk.pipelines.qm9.candidates import CONFIG_KEYS, build_candidates, dtype_and_device, so3_candidate
 from molntk.pipelines.qm9.config import FileDataConfig, QM9PropertyConfig, SO3Candidate
 from molntk.pipelines.qm9.evaluate import dressed_atom_records, paired_comparisons, residual_targets
-from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels, sum_records
+from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels, sum_label, sum_records
 from molntk.pipelines.qm9.models import model_from_kernels, so3_estimator, so3_sum_estimator
 from molntk.pipelines.qm9.sets import QM9Sets, load_sets
 from molntk.pipelines.qm9.sparse import SUFFIX, sparse_kernels, sparse_records, sparse_sum_kernels, sum_scales
@@ -148,10 +148,7 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
             if config.sparse is not None and CONFIG_KEYS[name] in config.sparse.models:
                 label = f"{name}{SUFFIX}-{reduce}"
                 sparse = sparse_kernels(chosen, sets, config.sparse, assembler, progress, label)
-                kernel_seconds.append({"model": name + SUFFIX, "reduce": reduce, "inducing": sparse.inducing_seconds,
-                                       "train": sparse.inducing_seconds + sparse.seconds_between(0, sets.n_train),
-                                       "test": sparse.seconds_between(sets.n_train, sets.n_train + sets.n_test),
-                                       "storage": "memory" if assembler.matrices_dir is None else "disk"})
+                kernel_seconds.append(sparse.seconds_entry(name + SUFFIX, reduce, sets))
                 for target in targets:
                     records += sparse_records(config, sets, sparse, name, chosen.label, chosen.quadrature, target,
                                               residual[target], predictions)
@@ -222,18 +219,13 @@ def _sparse_sum_records(config: QM9PropertyConfig, sets: QM9Sets, assembler: Blo
             point = section.points[0] if section.points is not None else [section.weights[0]] * (len(terms) - 1)
             fallback = fallback or ((1.0, *map(float, point)), tuple(sum_scales(terms, sets)))
             chosen[target] = fallback
-    name, records = "so3-ntk-sum", []
+    name, records, quadrature = "so3-ntk-sum", [], any(term.quadrature for term in terms)
     for weights, scales in dict.fromkeys(chosen.values()):
         coefficients = [c / tau for c, tau in zip(weights, scales)]
         kernels = sparse_sum_kernels(terms, coefficients, sets, config.sparse, assembler, progress, f"{name}{SUFFIX}-{reduce}")
-        kernel_seconds.append({"model": name + SUFFIX, "reduce": reduce, "inducing": kernels.inducing_seconds,
-                               "train": kernels.inducing_seconds + kernels.seconds_between(0, sets.n_train),
-                               "test": kernels.seconds_between(sets.n_train, sets.n_train + sets.n_test),
-                               "storage": "memory" if assembler.matrices_dir is None else "disk"})
-        label = " + ".join(f"{c:g}·[{term.label}]" for c, term in zip(weights, terms))
-        quadrature = any(term.quadrature for term in terms)
+        kernel_seconds.append(kernels.seconds_entry(name + SUFFIX, reduce, sets))
         for target in (t for t in targets if chosen[t] == (weights, scales)):
-            records += sparse_records(config, sets, kernels, name, label, quadrature, target, residual[target], predictions,
-                                      term_weights=list(weights), term_scales=list(scales))
+            records += sparse_records(config, sets, kernels, name, sum_label(weights, terms), quadrature, target,
+                                      residual[target], predictions, term_weights=list(weights), term_scales=list(scales))
         kernels.release()
     return records

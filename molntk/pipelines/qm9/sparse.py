@@ -96,6 +96,14 @@ class SparseKernels:
         inside = (self.row_ends > start) & (self.row_ends <= stop)
         return float(self.row_seconds[inside].sum())
 
+    def seconds_entry(self, model: str, reduce: str, sets: QM9Sets) -> dict[str, Any]:
+        """The run's ``kernel_seconds`` entry of the sparse model ``model``: the inducing block,
+        the training rows (with the inducing block) and the test rows; where they were held."""
+        n_train, n_test = sets.n_train, sets.n_test
+        return {"model": model, "reduce": reduce, "inducing": self.inducing_seconds,
+                "train": self.inducing_seconds + self.seconds_between(0, n_train),
+                "test": self.seconds_between(n_train, n_train + n_test), "storage": "memory" if self.folder is None else "disk"}
+
 
 def inducing_set(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig) -> InducingSet:
     """Step 1: the run's molecules after the ``sparse.environments`` inducing atoms, chosen

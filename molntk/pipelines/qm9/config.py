@@ -268,6 +268,13 @@ class SO3SumModelConfig(Section):
         """How many weight points are searched: ``len(points)``, else len(weights)^(terms − 1)."""
         return len(self.points) if self.points is not None else len(self.weights) ** (len(self.terms) - 1)
 
+    @property
+    def first_point(self) -> tuple[float, ...]:
+        """(c_1 = 1, c_2, …) of the first point searched: ``points[0]``, else the first grid
+        weight for every network after the first (a sparse sum without exact sizes has one)."""
+        point = self.points[0] if self.points is not None else [self.weights[0]] * (len(self.terms) - 1)
+        return (1.0, *map(float, point))
+
 
 class MLPModelConfig(Section):
     """Per-atom MLP NTK on the flattened feature maps: architectures to choose from."""

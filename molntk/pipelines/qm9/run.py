@@ -18,7 +18,8 @@ from molntk.pipelines.qm9.evaluate import dressed_atom_records, paired_compariso
 from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels, sum_label, sum_records
 from molntk.pipelines.qm9.models import model_from_kernels, so3_estimator, so3_sum_estimator
 from molntk.pipelines.qm9.sets import QM9Sets, load_sets
-from molntk.pipelines.qm9.sparse import SUFFIX, sparse_kernels, sparse_records, sparse_sum_kernels, sum_scales
+from molntk.pipelines.qm9.sparse import (SUFFIX, inducing_set, sparse_kernels, sparse_records, sparse_sum_kernels,
+                                         sum_scales)
 from molntk.scale import open_executor, torch_threads
 from molntk.scale.progress import Progress
 
@@ -205,8 +206,9 @@ def _sparse_sum_records(config: QM9PropertyConfig, sets: QM9Sets, assembler: Blo
     """The sparse sum of SO(3) NTKs (``so3_ntk_sum`` in ``sparse.models``) of each target on
     Θ = Σ_i (c_i / τ_i) Θ_i: the weights c_i and scales τ_i of the exact sum's record at its
     largest size ≤ ``regression.eigh_max`` (``exact``, its records), else the section's one
-    point and :func:`~molntk.pipelines.qm9.sparse.sum_scales`; targets with the same
-    weights share one kernel (:func:`~molntk.pipelines.qm9.sparse.sparse_sum_kernels`)."""
+    point and :func:`~molntk.pipelines.qm9.sparse.sum_scales`; one inducing set for every
+    target, and targets with the same weights share one kernel
+    (:func:`~molntk.pipelines.qm9.sparse.sparse_sum_kernels`)."""
     section = config.models.so3_ntk_sum
     terms = [so3_candidate(config, term, reduce, sets.composition.elements) for term in section.terms]
     chosen: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
@@ -216,13 +218,14 @@ def _sparse_sum_records(config: QM9PropertyConfig, sets: QM9Sets, assembler: Blo
         if fitted:
             chosen[target] = (tuple(fitted[-1]["term_weights"]), tuple(fitted[-1]["term_scales"]))
         else:
-            point = section.points[0] if section.points is not None else [section.weights[0]] * (len(terms) - 1)
-            fallback = fallback or ((1.0, *map(float, point)), tuple(sum_scales(terms, sets)))
+            fallback = fallback or (section.first_point, tuple(sum_scales(terms, sets)))
             chosen[target] = fallback
     name, records, quadrature = "so3-ntk-sum", [], any(term.quadrature for term in terms)
+    inducing = inducing_set(terms[0], sets, config.sparse)
     for weights, scales in dict.fromkeys(chosen.values()):
         coefficients = [c / tau for c, tau in zip(weights, scales)]
-        kernels = sparse_sum_kernels(terms, coefficients, sets, config.sparse, assembler, progress, f"{name}{SUFFIX}-{reduce}")
+        kernels = sparse_sum_kernels(terms, coefficients, inducing, sets, config.sparse, assembler, progress,
+                                     f"{name}{SUFFIX}-{reduce}")
         kernel_seconds.append(kernels.seconds_entry(name + SUFFIX, reduce, sets))
         for target in (t for t in targets if chosen[t] == (weights, scales)):
             records += sparse_records(config, sets, kernels, name, sum_label(weights, terms), quadrature, target,

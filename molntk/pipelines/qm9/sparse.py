@@ -128,14 +128,15 @@ def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, as
     return _factored(_assembled(candidate, inducing, sets, assembler, progress, label), sparse)
 
 
-def sparse_sum_kernels(terms: Sequence[Candidate], coefficients: Sequence[float], sets: QM9Sets, sparse: SparseConfig,
-                       assembler: BlockAssembler, progress: Progress | None, label: str) -> SparseKernels:
-    """Steps 1–3 for Θ = Σ_i a_i Θ_i, the kernels of the networks ``terms`` weighted by
-    ``coefficients`` a_i (c_i / τ_i; a term of weight 0 is not computed): the inducing
-    environments chosen in the first network's maps, each network's Θ(inducing, inducing)
-    and rows assembled as :func:`sparse_kernels` does (its blocks cached under its own key)
-    and added in place into the first's, then one factor of the sum."""
-    inducing = inducing_set(terms[0], sets, sparse)
+def sparse_sum_kernels(terms: Sequence[Candidate], coefficients: Sequence[float], inducing: InducingSet, sets: QM9Sets,
+                       sparse: SparseConfig, assembler: BlockAssembler, progress: Progress | None,
+                       label: str) -> SparseKernels:
+    """Steps 2–3 for Θ = Σ_i a_i Θ_i, the kernels of the networks ``terms`` weighted by
+    ``coefficients`` a_i (c_i / τ_i; a term of weight 0 is not computed) on the ``inducing``
+    set (step 1, chosen once per run in the first network's maps and shared by every weight
+    vector): each network's Θ(inducing, inducing) and rows assembled as :func:`sparse_kernels`
+    does (its blocks cached under its own key) and added in place into the first's, then one
+    factor of the sum."""
     total: SparseKernels | None = None
     for i, (term, a) in enumerate(zip(terms, coefficients)):
         if a == 0:

@@ -23,7 +23,9 @@ element e:
   atom of largest norm, then repeatedly the one farthest (Euclidean) from all chosen so
   far, so rare environments are covered. For molntk's feature maps
   (:func:`inducing_environments`) that space is the rotation-invariant per-channel
-  amplitudes a_{c,l}(x) = (Σ_m f̂^l_{c,m}(x)²)^{1/2} (C · L numbers per environment); a
+  amplitudes a_{c,l}(x) = (Σ_m f̂^l_{c,m}(x)²)^{1/2} (C · L numbers per environment), or
+  those of several maps of the same atoms side by side, each scaled to unit mean square
+  norm (the networks of a kernel sum); a
   baseline with descriptors of its own (FCHL19, SOAP) picks in its own descriptor space
   (:func:`molntk.molecular.descriptors.inducing_atoms`);
 - ``"random"``: a seeded uniform sample without replacement.
@@ -32,7 +34,7 @@ element e:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -131,16 +133,29 @@ def inducing_rows(atoms: AtomRows, m: int, points: Callable[[Tensor], Tensor], *
 
 
 def inducing_environments(
-    feats: EnvironmentBatch, m: int, *, method: str = "fps", seed: int = 0, pool: int | None = None
+    feats: EnvironmentBatch | Sequence[EnvironmentBatch], m: int, *, method: str = "fps", seed: int = 0,
+    pool: int | None = None,
 ) -> Tensor:
     """Rows (ascending, into ``feats``) of m inducing environments from the environments of
     the first ``pool`` molecules (all: None), by :func:`inducing_rows` in the channel
-    amplitudes (:func:`channel_amplitudes`); see the module docstring."""
+    amplitudes (:func:`channel_amplitudes`); see the module docstring. Several batches of
+    the same atoms (one per network of a kernel sum, e.g. a short and a long cutoff) are
+    compared in all their maps at once: the amplitudes of batch k over an element's candidate
+    rows R scaled to unit mean square norm, a_k(x) / (mean_{y∈R} ‖a_k(y)‖²)^{1/2}, and
+    concatenated, so each batch's distances count alike whatever its norm."""
+    batches = [feats] if isinstance(feats, EnvironmentBatch) else list(feats)
+    first = batches[0]
+    if any(b.n_env != first.n_env or not torch.equal(b.centre_numbers, first.centre_numbers) for b in batches[1:]):
+        raise InputError("feats", "the feature batches of one choice must hold the same atoms in the same order")
 
     def amplitudes(rows: Tensor) -> Tensor:
-        return channel_amplitudes(feats.coeffs[rows.to(feats.coeffs.device)].to(torch.float64), feats.config.band_limit)
+        parts = [channel_amplitudes(b.coeffs[rows.to(b.coeffs.device)].to(torch.float64), b.config.band_limit)
+                 for b in batches]
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat([a / a.pow(2).sum(1).mean().sqrt().clamp_min(1e-300) for a in parts], dim=1)
 
-    return inducing_rows(feats, m, amplitudes, method=method, seed=seed, pool=pool)
+    return inducing_rows(first, m, amplitudes, method=method, seed=seed, pool=pool)
 
 
 def environments_as_molecules(feats: EnvironmentBatch, rows: Tensor) -> EnvironmentBatch:

@@ -3,6 +3,8 @@ InducingSet of molntk.molecular), on real QM9 molecules."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -80,6 +82,53 @@ def test_selection_is_per_element_from_the_pool_and_rotation_invariant(molecules
     random_rows = inducing_environments(feats, 25, method="random", seed=3, pool=8)
     assert random_rows.tolist() == inducing_environments(feats, 25, method="random", seed=3, pool=8).tolist()
     assert bool((feats.molecule_index[random_rows] < 8).all())
+
+
+def chosen_amplitudes(feats, rows):
+    """The chosen environments' amplitude vectors, rounded and sorted: the choice up to ties
+    between symmetry-equivalent atoms (equal amplitudes)."""
+    a = channel_amplitudes(feats.coeffs[rows], feats.config.band_limit).numpy().round(8)
+    return a[np.lexsort(a.T[::-1])]
+
+
+def brute_force_choice(batches, m, pool):
+    """FPS by hand in the side-by-side maps: per element, each batch's amplitudes over the
+    element's pool atoms divided by their root mean square norm, concatenated; start at the
+    largest norm, then the atom of largest distance ‖x − y‖² to its nearest pick."""
+    first = batches[0]
+    candidates = np.flatnonzero(first.molecule_index.numpy() < pool)
+    numbers = first.centre_numbers.numpy()[candidates]
+    quota = allocate({int(e): int((numbers == e).sum()) for e in np.unique(numbers)}, m)
+    picked = []
+    for e, k in quota.items():
+        rows = candidates[numbers == e]
+        parts = [channel_amplitudes(b.coeffs[rows], b.config.band_limit).double().numpy() for b in batches]
+        x = np.hstack([a / np.sqrt(np.mean(np.sum(a**2, axis=1))) for a in parts])
+        order = [int(np.argmax(np.sum(x**2, axis=1)))]
+        while len(order) < k:
+            nearest = np.min(((x[:, None, :] - x[order][None, :, :]) ** 2).sum(-1), axis=1)
+            nearest[order] = -1.0
+            order.append(int(np.argmax(nearest)))
+        picked += rows[order].tolist()
+    return torch.tensor(sorted(picked))
+
+
+def test_several_maps_of_the_same_atoms_are_compared_side_by_side(molecules):
+    """A 3 Å and a 5 Å map of the same atoms (the networks of a kernel sum): the choice is FPS
+    in both maps' amplitudes at unit mean square norm each, as computed by hand; a map beside
+    a scaled copy of itself chooses as the map alone; batches of other atoms are refused."""
+    short = environment_features(molecules, FEATURES)
+    long = environment_features(molecules, FeatureConfig(band_limit=3, smearing_width=0.3,
+                                                         radial=GaussianBasis(n=5, r_min=0.5, r_cut=5.0)))
+    rows = inducing_environments([short, long], 25, pool=8)
+    np.testing.assert_array_equal(chosen_amplitudes(short, rows), chosen_amplitudes(short, brute_force_choice([short, long], 25, 8)))
+    np.testing.assert_array_equal(chosen_amplitudes(long, rows), chosen_amplitudes(long, brute_force_choice([short, long], 25, 8)))
+    assert chosen_amplitudes(long, rows).tolist() != chosen_amplitudes(long, inducing_environments(short, 25, pool=8)).tolist()
+    scaled = dataclasses.replace(short, coeffs=10.0 * short.coeffs)
+    np.testing.assert_array_equal(chosen_amplitudes(short, inducing_environments([short, scaled], 25, pool=8)),
+                                  chosen_amplitudes(short, inducing_environments(short, 25, pool=8)))
+    with pytest.raises(InputError, match="feats"):
+        inducing_environments([short, environment_features(molecules[:6], FEATURES)], 5)
 
 
 def test_farthest_points_never_repeat_a_point_even_among_duplicates():

@@ -181,16 +181,18 @@ def test_the_sparse_sum_takes_the_exact_sums_weights_and_scales(tmp_path, sum_ru
     assert sparse[18]["mae"] == pytest.approx(exact[18]["mae"], rel=NYSTROM_REL)
 
 
-def test_without_exact_sizes_the_sparse_sum_takes_its_one_point_and_the_mean_self_kernels(tmp_path, qm9):
+@pytest.mark.parametrize("choice", [[], ["sparse.sum_maps=every", "sparse.selection=fps"]], ids=["first-maps", "every-maps"])
+def test_without_exact_sizes_the_sparse_sum_takes_its_one_point_and_the_mean_self_kernels(tmp_path, qm9, choice):
     """``sparse.exact_up_to`` below every size: only the sparse sum, with the section's one
-    point and τ_i the mean Θ_i(M, M) of the training molecules (all 24: fewer than 1,000)."""
+    point and τ_i the mean Θ_i(M, M) of the training molecules (all 24: fewer than 1,000);
+    every training environment inducing, drawn at random or by FPS in both networks' maps."""
     config, records = run_sum(tmp_path, None, "point", f"sparse={EVERY_ENVIRONMENT}", "sparse.exact_up_to=5",
-                              "models.so3_ntk=null", points=[[0.3]])
+                              "models.so3_ntk=null", *choice, points=[[0.3]])
     assert {r["model"] for r in records} == {"dressed-atom", "so3-ntk-sum-sparse"}
     kernels, data, _ = network_kernels(config, qm9)
     scales = [float(np.mean(np.diag(K))) for K, _ in kernels]
     for record in (r for r in records if r["model"] == "so3-ntk-sum-sparse"):
-        assert record["term_weights"] == [1.0, 0.3]
+        assert record["term_weights"] == [1.0, 0.3] and record["inducing_maps"] == ("every" if choice else "first")
         assert record["term_scales"] == pytest.approx(scales, rel=1e-12)
         mae, reg_relative = summed_ridge(kernels, data, config, record["n_train"], [1.0, 0.3], scales)
         assert record["reg_relative"] == pytest.approx(reg_relative, rel=1e-12)

@@ -479,8 +479,10 @@ class SparseConfig(Section):
     once for every training size and target) or ``falkon``
     (:class:`~molntk.regression.falkon.FalkonRegressor`: preconditioned conjugate gradients,
     no n × m factorisation, λ on ``falkon_validation`` of the training molecules held out,
-    ``falkon_tol``, ``falkon_max_iter``; on the kernel's device). Reported as
-    ``<model>-sparse``."""
+    ``falkon_tol``, ``falkon_max_iter``; on the kernel's device). ``sum_maps``: the sparse sum
+    of SO(3) NTKs picks its inducing environments in the ``first`` network's channel
+    amplitudes, or in ``every`` network's side by side, each scaled to unit mean square norm
+    (:func:`~molntk.features.inducing.inducing_environments`). Reported as ``<model>-sparse``."""
 
     models: Annotated[list[Literal[SPARSE_MODELS]], Field(min_length=1)] = ["so3_ntk"]  # type: ignore[valid-type]
     environments: Count = 2000
@@ -494,6 +496,7 @@ class SparseConfig(Section):
     falkon_validation: Annotated[float, Field(gt=0, lt=1)] = 0.2
     falkon_tol: Annotated[float, Field(gt=0, lt=1)] = 1e-8
     falkon_max_iter: Count = 500
+    sum_maps: Literal["first", "every"] = "first"
 
 
 class InvarianceConfig(Section):

@@ -18,7 +18,7 @@ from molntk.pipelines.qm9.evaluate import dressed_atom_records, paired_compariso
 from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels, sum_label, sum_records
 from molntk.pipelines.qm9.models import model_from_kernels, so3_estimator, so3_sum_estimator
 from molntk.pipelines.qm9.sets import QM9Sets, load_sets
-from molntk.pipelines.qm9.sparse import (SUFFIX, inducing_set, sparse_kernels, sparse_records, sparse_sum_kernels,
+from molntk.pipelines.qm9.sparse import (SUFFIX, sparse_kernels, sparse_records, sparse_sum_kernels, sum_inducing_set,
                                          sum_scales)
 from molntk.scale import open_executor, torch_threads
 from molntk.scale.progress import Progress
@@ -221,7 +221,7 @@ def _sparse_sum_records(config: QM9PropertyConfig, sets: QM9Sets, assembler: Blo
             fallback = fallback or (section.first_point, tuple(sum_scales(terms, sets)))
             chosen[target] = fallback
     name, records, quadrature = "so3-ntk-sum", [], any(term.quadrature for term in terms)
-    inducing = inducing_set(terms[0], sets, config.sparse)
+    inducing = sum_inducing_set(terms, sets, config.sparse)
     for weights, scales in dict.fromkeys(chosen.values()):
         coefficients = [c / tau for c, tau in zip(weights, scales)]
         kernels = sparse_sum_kernels(terms, coefficients, inducing, sets, config.sparse, assembler, progress,
@@ -229,6 +229,7 @@ def _sparse_sum_records(config: QM9PropertyConfig, sets: QM9Sets, assembler: Blo
         kernel_seconds.append(kernels.seconds_entry(name + SUFFIX, reduce, sets))
         for target in (t for t in targets if chosen[t] == (weights, scales)):
             records += sparse_records(config, sets, kernels, name, sum_label(weights, terms), quadrature, target,
-                                      residual[target], predictions, term_weights=list(weights), term_scales=list(scales))
+                                      residual[target], predictions, term_weights=list(weights), term_scales=list(scales),
+                                      inducing_maps=config.sparse.sum_maps)
         kernels.release()
     return records

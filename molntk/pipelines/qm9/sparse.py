@@ -26,8 +26,9 @@ For a model listed in ``sparse.models``, with the candidate chosen for its exact
    grid as the exact model (floored at ``psd_rtol`` for quadrature kernels).
 
 The sum of SO(3) NTKs (``so3_ntk_sum`` in ``sparse.models``) is one model on one inducing
-set, chosen in step 1 in the first network's feature maps (every network's maps describe
-the same atoms): Θ = Σ_i a_i Θ_i with a_i = c_i / τ_i, the weights and training scales the
+set, chosen in step 1 in the first network's feature maps or, with ``sparse.sum_maps:
+every``, in all networks' maps side by side (every network's maps describe the same atoms,
+:func:`sum_inducing_set`): Θ = Σ_i a_i Θ_i with a_i = c_i / τ_i, the weights and training scales the
 exact sum chose (:func:`sparse_sum_kernels`, :func:`sum_scales`); each network's blocks in
 step 2 as for one network, its rows added into the sum's one network at a time (two n × m
 matrices at most), then steps 3–4 on the sum.
@@ -105,20 +106,28 @@ class SparseKernels:
                 "test": self.seconds_between(n_train, n_train + n_test), "storage": "memory" if self.folder is None else "disk"}
 
 
-def inducing_set(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig) -> InducingSet:
+def inducing_set(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig,
+                 beside: Sequence[Candidate] = ()) -> InducingSet:
     """Step 1: the run's molecules after the ``sparse.environments`` inducing atoms, chosen
     among the atoms of the training molecules (the first ``sparse.pool`` of them when given,
     :attr:`~molntk.pipelines.qm9.sets.QM9Sets.inducing_pool` when those reach beyond the
     largest training set) in the space of the candidate's kernel: its own per-atom
     descriptors for a baseline that has them (FCHL19, SOAP), else the channel amplitudes of
-    its feature maps."""
+    its feature maps, side by side with those of the networks ``beside`` it (a sum's)."""
     source = sets.molecules if sets.inducing_pool is None else sets.inducing_pool
     options = {"method": sparse.selection, "seed": sparse.seed, "pool": sparse.pool or sets.n_train}
     if isinstance(candidate.kernel, MoleculeDescriptorKernel):
         rows = inducing_atoms(candidate.kernel.describe(source), sparse.environments, **options)
     else:
-        rows = inducing_environments(source.environments(candidate.kernel.features), sparse.environments, **options)
+        maps = [source.environments(c.kernel.features) for c in (candidate, *beside)]
+        rows = inducing_environments(maps, sparse.environments, **options)
     return InducingSet(sets.molecules, rows, source=sets.inducing_pool)
+
+
+def sum_inducing_set(terms: Sequence[Candidate], sets: QM9Sets, sparse: SparseConfig) -> InducingSet:
+    """Step 1 of a sum of SO(3) NTKs: in the first network's maps, or with ``sparse.sum_maps:
+    every`` in every network's maps side by side (each network's maps describe the same atoms)."""
+    return inducing_set(terms[0], sets, sparse, beside=terms[1:] if sparse.sum_maps == "every" else ())
 
 
 def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, assembler: BlockAssembler,
@@ -133,7 +142,7 @@ def sparse_sum_kernels(terms: Sequence[Candidate], coefficients: Sequence[float]
                        label: str) -> SparseKernels:
     """Steps 2–3 for Θ = Σ_i a_i Θ_i, the kernels of the networks ``terms`` weighted by
     ``coefficients`` a_i (c_i / τ_i; a term of weight 0 is not computed) on the ``inducing``
-    set (step 1, chosen once per run in the first network's maps and shared by every weight
+    set (step 1, :func:`sum_inducing_set`, chosen once per run and shared by every weight
     vector): each network's Θ(inducing, inducing) and rows assembled as :func:`sparse_kernels`
     does (its blocks cached under its own key) and added in place into the first's, then one
     factor of the sum."""

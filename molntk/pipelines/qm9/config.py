@@ -482,7 +482,9 @@ class SparseConfig(Section):
     ``falkon_tol``, ``falkon_max_iter``; on the kernel's device). ``sum_maps``: the sparse sum
     of SO(3) NTKs picks its inducing environments in the ``first`` network's channel
     amplitudes, or in ``every`` network's side by side, each scaled to unit mean square norm
-    (:func:`~molntk.features.inducing.inducing_environments`). Reported as ``<model>-sparse``."""
+    (:func:`~molntk.features.inducing.inducing_environments`; QM9 U0, 3 Å + 5 Å networks,
+    m = N = 8,000: 3.2 % lower MAE, at N ≤ 4,000 1.3–2.3 % higher, docs/qm9-accuracy.md). Reported
+    as ``<model>-sparse``."""
 
     models: Annotated[list[Literal[SPARSE_MODELS]], Field(min_length=1)] = ["so3_ntk"]  # type: ignore[valid-type]
     environments: Count = 2000

@@ -28,8 +28,8 @@ For a model listed in ``sparse.models``, with the candidate chosen for its exact
 The sum of SO(3) NTKs (``so3_ntk_sum`` in ``sparse.models``) is one model on one inducing
 set, chosen in step 1 in the first network's feature maps or, with ``sparse.sum_maps:
 every``, in all networks' maps side by side (every network's maps describe the same atoms,
-:func:`sum_inducing_set`): Θ = Σ_i a_i Θ_i with a_i = c_i / τ_i, the weights and training scales the
-exact sum chose (:func:`sparse_sum_kernels`, :func:`sum_scales`); each network's blocks in
+:func:`sum_inducing_set`): Θ = Σ_i a_i Θ_i with a_i = c_i / τ_i, the weights and training
+scales the exact sum chose (:func:`sparse_sum_kernels`, :func:`sum_scales`); each network's blocks in
 step 2 as for one network, its rows added into the sum's one network at a time (two n × m
 matrices at most), then steps 3–4 on the sum.
 

@@ -267,6 +267,19 @@ def test_full_split_so3_config_runs_sparse_only_at_small_n(tmp_path):
     assert "so3-ntk-sparse-sum: " in result.stderr and " blocks, " in result.stderr
 
 
+def test_full_split_sum_config_runs_its_sparse_sum_at_small_n(tmp_path):
+    """configs/qm9_u0_full_sum.yaml as shipped (the sum of two networks, one point, no exact
+    size, Falkon) with the sizes shrunk: only the dressed atoms and the sparse sum are
+    reported, with the config's point, positive scales τ_i and the first network's maps."""
+    shrink = ["learning_curve.n_train=[30]", "learning_curve.n_test=6", "sparse.environments=40",
+              "kernel.threads=1", "invariance.n_molecules=2", f"output={tmp_path / 'sum'}"]
+    _, document = run_shipped_config("qm9_u0_full_sum.yaml", shrink)
+    assert {(r["model"], r["n_train"]) for r in document["records"]} == {("dressed-atom", 30), ("so3-ntk-sum-sparse", 30)}
+    sparse = next(r for r in document["records"] if r["model"] == "so3-ntk-sum-sparse")
+    assert sparse["n_inducing"] == 40 and sparse["term_weights"] == [1.0, 0.03] and sparse["inducing_maps"] == "first"
+    assert len(sparse["term_scales"]) == 2 and min(sparse["term_scales"]) > 0 and math.isfinite(sparse["mae"])
+
+
 def test_cpu20k_config_runs_four_sparse_models_on_one_inducing_pool(tmp_path):
     """configs/qm9_u0_cpu20k.yaml as shipped (four sparse models, inducing environments from
     a pool of the first training molecules, Cholesky factor, kernel rows on disk) with the

@@ -18,8 +18,8 @@ from molntk.pipelines.qm9.evaluate import dressed_atom_records, paired_compariso
 from molntk.pipelines.qm9.exact import exact_records, select_candidate, shell_kernels, sum_label, sum_records
 from molntk.pipelines.qm9.models import model_from_kernels, so3_estimator, so3_sum_estimator
 from molntk.pipelines.qm9.sets import QM9Sets, load_sets
-from molntk.pipelines.qm9.sparse import (SUFFIX, sparse_kernels, sparse_records, sparse_sum_kernels, sum_inducing_set,
-                                         sum_scales)
+from molntk.pipelines.qm9.sparse import (SUFFIX, ChosenSets, sparse_kernels, sparse_records, sparse_sum_kernels,
+                                         sum_inducing_set, sum_scales)
 from molntk.scale import open_executor, torch_threads
 from molntk.scale.progress import Progress
 
@@ -114,6 +114,7 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
     predictions: dict[str, dict[str, list[float]]] = {}
     kernel_seconds: list[dict[str, Any]] = []
     models: dict[str, SO3NTKRegressor] = {}
+    inducing: ChosenSets = {}
     by_reduce = targets_by_reduce(config)
     residual = {t: target_settings(config, t)[1] for t in config.targets}
     dressed_atom_records(sets, config.targets, records, predictions)
@@ -148,7 +149,7 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
                 del kernel  # its descriptors (GBs at large N; a baseline's own stay in sets.molecules for its sparse model)
             if config.sparse is not None and CONFIG_KEYS[name] in config.sparse.models:
                 label = f"{name}{SUFFIX}-{reduce}"
-                sparse = sparse_kernels(chosen, sets, config.sparse, assembler, progress, label)
+                sparse = sparse_kernels(chosen, sets, config.sparse, inducing, assembler, progress, label)
                 kernel_seconds.append(sparse.seconds_entry(name + SUFFIX, reduce, sets))
                 for target in targets:
                     records += sparse_records(config, sets, sparse, name, chosen.label, chosen.quadrature, target,
@@ -163,7 +164,7 @@ def _run_models(config: QM9PropertyConfig, source: str, sets: QM9Sets, assembler
             models |= sum_models
         if config.sparse is not None and "so3_ntk_sum" in config.sparse.models:
             records += _sparse_sum_records(config, sets, assembler, progress, reduce, targets, residual, sum_records_,
-                                           predictions, kernel_seconds)
+                                           predictions, kernel_seconds, inducing)
     return records, search, predictions, kernel_seconds, models
 
 
@@ -202,7 +203,7 @@ def _sum_records(config: QM9PropertyConfig, source: str, sets: QM9Sets, assemble
 
 def _sparse_sum_records(config: QM9PropertyConfig, sets: QM9Sets, assembler: BlockAssembler, progress: Progress | None,
                         reduce: str, targets: list[str], residual: dict[str, bool], exact: list[dict[str, Any]],
-                        predictions: dict, kernel_seconds: list) -> list[dict[str, Any]]:
+                        predictions: dict, kernel_seconds: list, chosen_sets: ChosenSets) -> list[dict[str, Any]]:
     """The sparse sum of SO(3) NTKs (``so3_ntk_sum`` in ``sparse.models``) of each target on
     Θ = Σ_i (c_i / τ_i) Θ_i: the weights c_i and scales τ_i of the exact sum's record at its
     largest size ≤ ``regression.eigh_max`` (``exact``, its records), else the section's one
@@ -221,7 +222,7 @@ def _sparse_sum_records(config: QM9PropertyConfig, sets: QM9Sets, assembler: Blo
             fallback = fallback or (section.first_point, tuple(sum_scales(terms, sets)))
             chosen[target] = fallback
     name, records, quadrature = "so3-ntk-sum", [], any(term.quadrature for term in terms)
-    inducing = sum_inducing_set(terms, sets, config.sparse)
+    inducing = sum_inducing_set(terms, sets, config.sparse, chosen_sets)
     for weights, scales in dict.fromkeys(chosen.values()):
         coefficients = [c / tau for c, tau in zip(weights, scales)]
         kernels = sparse_sum_kernels(terms, coefficients, inducing, sets, config.sparse, assembler, progress,

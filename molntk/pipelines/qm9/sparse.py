@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from molntk.features.environments import FeatureConfig
 from molntk.features.inducing import inducing_environments
 from molntk.molecular import InducingSet
 from molntk.molecular.baselines import MoleculeDescriptorKernel
@@ -106,34 +107,43 @@ class SparseKernels:
                 "test": self.seconds_between(n_train, n_train + n_test), "storage": "memory" if self.folder is None else "disk"}
 
 
-def inducing_set(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig,
+#: The run's inducing sets on molntk's feature maps, by the maps they were chosen in: a model
+#: on maps already chosen in (the sparse SO(3) NTK and the sparse sum's first network, or the
+#: power spectrum on the same maps) takes the same set without a second farthest-point sampling.
+ChosenSets = dict[tuple[FeatureConfig, ...], InducingSet]
+
+
+def inducing_set(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, chosen: ChosenSets,
                  beside: Sequence[Candidate] = ()) -> InducingSet:
     """Step 1: the run's molecules after the ``sparse.environments`` inducing atoms, chosen
     among the atoms of the training molecules (the first ``sparse.pool`` of them when given,
     :attr:`~molntk.pipelines.qm9.sets.QM9Sets.inducing_pool` when those reach beyond the
     largest training set) in the space of the candidate's kernel: its own per-atom
     descriptors for a baseline that has them (FCHL19, SOAP), else the channel amplitudes of
-    its feature maps, side by side with those of the networks ``beside`` it (a sum's)."""
+    its feature maps, side by side with those of the networks ``beside`` it (a sum's); a
+    choice in maps of ``chosen`` is taken from there."""
     source = sets.molecules if sets.inducing_pool is None else sets.inducing_pool
     options = {"method": sparse.selection, "seed": sparse.seed, "pool": sparse.pool or sets.n_train}
     if isinstance(candidate.kernel, MoleculeDescriptorKernel):
         rows = inducing_atoms(candidate.kernel.describe(source), sparse.environments, **options)
-    else:
-        maps = [source.environments(c.kernel.features) for c in (candidate, *beside)]
-        rows = inducing_environments(maps, sparse.environments, **options)
-    return InducingSet(sets.molecules, rows, source=sets.inducing_pool)
+        return InducingSet(sets.molecules, rows, source=sets.inducing_pool)
+    key = tuple(c.kernel.features for c in (candidate, *beside))
+    if key not in chosen:
+        rows = inducing_environments([source.environments(features) for features in key], sparse.environments, **options)
+        chosen[key] = InducingSet(sets.molecules, rows, source=sets.inducing_pool)
+    return chosen[key]
 
 
-def sum_inducing_set(terms: Sequence[Candidate], sets: QM9Sets, sparse: SparseConfig) -> InducingSet:
+def sum_inducing_set(terms: Sequence[Candidate], sets: QM9Sets, sparse: SparseConfig, chosen: ChosenSets) -> InducingSet:
     """Step 1 of a sum of SO(3) NTKs: in the first network's maps, or with ``sparse.sum_maps:
     every`` in every network's maps side by side (each network's maps describe the same atoms)."""
-    return inducing_set(terms[0], sets, sparse, beside=terms[1:] if sparse.sum_maps == "every" else ())
+    return inducing_set(terms[0], sets, sparse, chosen, beside=terms[1:] if sparse.sum_maps == "every" else ())
 
 
-def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, assembler: BlockAssembler,
-                   progress: Progress | None, label: str) -> SparseKernels:
+def sparse_kernels(candidate: Candidate, sets: QM9Sets, sparse: SparseConfig, chosen: ChosenSets,
+                   assembler: BlockAssembler, progress: Progress | None, label: str) -> SparseKernels:
     """Steps 1–3 of the module docstring for the chosen ``candidate``."""
-    inducing = inducing_set(candidate, sets, sparse)
+    inducing = inducing_set(candidate, sets, sparse, chosen)
     return _factored(_assembled(candidate, inducing, sets, assembler, progress, label), sparse)
 
 

@@ -8,7 +8,7 @@
   only) with the file's elements, on every molecule of FILE that could be read
   (:func:`molntk.pipelines.qm9.fit_labelled_file`); ``--baseline``: Δ-learning
   on GFN2-xTB (:mod:`molntk.models.delta`; the target must be an energy in ``--unit``).
-* ``molntk fit --data FILE --target KEY --forces [--inducing m]``: a force field trained on
+* ``molntk fit --data FILE --target KEY --forces [--inducing m | --inducing-frames m]``: a force field trained on
   the energies KEY (eV) and the per-atom forces (eV/Å) of every frame of FILE (extended xyz,
   ASE database, MD17/rMD17 ``.npz``;
   :func:`molntk.pipelines.md.model_file.fit_force_field_file`), for ``molntk predict`` and
@@ -50,6 +50,9 @@ def fit(
                                                       show_default=False)] = None,
     inducing: Annotated[int | None, typer.Option("--inducing", min=1, help="With --data: m inducing environments "
                                                  "(the sparse model, for large files).", show_default=False)] = None,
+    inducing_frames: Annotated[int | None, typer.Option("--inducing-frames", min=1, help="With --data and --forces: the "
+                                                        "exact model's form on m of the frames, fitted to all of them "
+                                                        "(for thousands of frames).", show_default=False)] = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="With --data: learn the residual of this physical "
                                                  f"baseline ({', '.join(BASELINES)}); the target must be an energy in --unit.",
                                                  show_default=False)] = None,
@@ -74,13 +77,16 @@ def fit(
         if baseline is not None and baseline not in BASELINES:
             raise typer.BadParameter(f"unknown baseline {baseline!r}; choose one of {', '.join(BASELINES)}", param_hint="--baseline")
         read = {"smiles_column": smiles_column} if smiles_column is not None else {}
+        if inducing_frames is not None and not forces:
+            raise typer.BadParameter("--inducing-frames applies to a force field (--forces)", param_hint="--inducing-frames")
         if forces:
             if unit not in ("unknown", FORCE_FIELD_UNIT):
                 raise typer.BadParameter(f"a force field is fitted in {FORCE_FIELD_UNIT} and {FORCE_FIELD_UNIT}/Å "
                                          f"(the readers' force unit), not {unit!r}", param_hint="--unit")
             result = fit_force_field_file(data, target, Path("models") if out is None else out, inducing=inducing,
-                                          baseline=baseline, **read)
-            kind = "sparse" if result["sparse"] else "exact"
+                                          inducing_frames=inducing_frames, baseline=baseline, **read)
+            kind = ("sparse" if result["sparse"] else
+                    "exact" if result["inducing_frames"] is None else f"on {result['inducing_frames']} inducing frames")
             _show(result, f"{data}: SO(3) NTK force field ({kind}) on {result['n_train']} frames", as_json,
                   {"data": str(data), "target": target, "unit": FORCE_FIELD_UNIT, "forces": True})
             return
@@ -91,6 +97,7 @@ def fit(
         _show(result, title, as_json, {"data": str(data), "target": target, "unit": unit})
         return
     for option, value in (("--target", target), ("--smiles-column", smiles_column), ("--inducing", inducing),
+                          ("--inducing-frames", inducing_frames),
                           ("--baseline", baseline), ("--forces", forces or None)):
         if value is not None:
             raise typer.BadParameter(f"{option} applies to --data, not to CONFIG", param_hint=option)

@@ -29,6 +29,10 @@ element e:
   baseline with descriptors of its own (FCHL19, SOAP) picks in its own descriptor space
   (:func:`molntk.molecular.descriptors.inducing_atoms`);
 - ``"random"``: a seeded uniform sample without replacement.
+
+Inducing molecules (:func:`inducing_molecules`): the configurations in which a force field's
+exact form is expanded when it is sparse in configurations, chosen alike among molecules, by
+farthest points in the molecules' element-wise sums of those amplitudes, or at random.
 """
 
 from __future__ import annotations
@@ -156,6 +160,37 @@ def inducing_environments(
         return torch.cat([a / a.pow(2).sum(1).mean().sqrt().clamp_min(1e-300) for a in parts], dim=1)
 
     return inducing_rows(first, m, amplitudes, method=method, seed=seed, pool=pool)
+
+
+def molecule_amplitudes(feats: EnvironmentBatch) -> Tensor:
+    """A rotation- and permutation-invariant vector per molecule, (n_molecules, E · C · L):
+    for each centre element e present in ``feats`` (ascending Z), the channel amplitudes
+    (:func:`channel_amplitudes`) summed over the molecule's atoms of element e, d_e(M) =
+    Σ_{a∈M, Z_a=e} a(env_a); float64."""
+    amplitudes = channel_amplitudes(feats.coeffs.to(torch.float64), feats.config.band_limit)
+    elements = torch.unique(feats.centre_numbers)
+    slot = torch.searchsorted(elements, feats.centre_numbers)
+    out = amplitudes.new_zeros(feats.n_molecules * elements.numel(), amplitudes.shape[1])
+    out.index_add_(0, feats.molecule_index * elements.numel() + slot, amplitudes)
+    return out.view(feats.n_molecules, -1).cpu()
+
+
+def inducing_molecules(feats: EnvironmentBatch, m: int, *, method: str = "fps", seed: int = 0) -> np.ndarray:
+    """Indices (ascending, int64) of min(m, n) of the n molecules of ``feats``: ``"fps"`` by
+    :func:`farthest_points` on :func:`molecule_amplitudes` (the first pick the molecule of largest
+    norm, then repeatedly the one farthest from all chosen), ``"random"`` a seeded uniform
+    sample without replacement. The inducing configurations of a force field in the GDML form
+    (:class:`~molntk.models.force_field.SO3ForceFieldRegressor`, ``inducing_frames``)."""
+    if method not in SELECTIONS:
+        raise InputError("inducing_selection", f"must be one of {SELECTIONS}, got {method!r}")
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise InputError("inducing_frames", f"must be a whole number ≥ 1, got {m!r}")
+    k = min(m, feats.n_molecules)
+    if method == "random":
+        picked = np.random.default_rng(seed).choice(feats.n_molecules, size=k, replace=False)
+    else:
+        picked = farthest_points(molecule_amplitudes(feats), k).numpy()
+    return np.sort(picked).astype(np.int64)
 
 
 def environments_as_molecules(feats: EnvironmentBatch, rows: Tensor) -> EnvironmentBatch:

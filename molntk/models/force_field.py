@@ -63,6 +63,24 @@ K_mm = Θ(s_i, s_j); solved through the Nyström features of K_mm's eigendecompo
 cotangent (≈ 2.5× the energy). Unlike the exact model, the force–force covariances ∂²Θ/∂r∂r'
 never appear: the model's functions are spanned by Θ(·, s_j) alone.
 
+Sparse in configurations (``inducing_frames=m``, the GDML form on m inducing frames): the
+exact model's functions on m of the N training configurations F_1 … F_m (chosen by
+:func:`~molntk.features.inducing.inducing_molecules`: farthest points in an invariant
+descriptor of the molecules, or a seeded random sample), fitted to the energies and forces
+of all N,
+
+    E(M) = E_dressed(M) + Σ_j a_j Θ(M, F_j) − Σ_j b_jᵀ ∂Θ(M, F_j)/∂r_j,
+
+w = (a, b) minimising Σ_E (y − K_E w)²/λ_E + Σ_F (y − K_F w)²/λ_F + wᵀ K_mm w with K_nm =
+[K_E; K_F] the joint kernel (above) between the N training configurations and the m inducing
+ones, (N + 3Σn) × (m + 3Σn_j), and K_mm its rows of the inducing configurations (symmetrised):
+the projected-process solve of the sparse model (:mod:`molntk.regression.sparse_joint`, the
+same grouped-LOO noise search, the rank cut ``rank_rtol``), on derivative functions instead
+of inducing environments. With every training configuration inducing and fixed λ's it is the
+exact model. The force–force covariances ∂²Θ/∂r∂r' stay in the model (unlike the sparse
+model's), at N·m molecule pairs instead of N²/2 and a matrix of (N + 3Σn) × (m + 3Σn_j) instead
+of the square; predictions are the exact model's, against the m inducing configurations.
+
 Δ-learning (``baseline="gfn2-xtb"``, :mod:`molntk.models.delta`): the model learns the
 residual of a physical baseline B in energies and forces, E − E_B and F − F_B (B converted into
 ``unit``, the energy unit of the data; forces in ``unit``/Å), and adds E_B and F_B back in
@@ -91,7 +109,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from molntk._version import __version__
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError, ModelFileError
-from molntk.features.inducing import environments_as_molecules, inducing_environments
+from molntk.features.inducing import environments_as_molecules, inducing_environments, inducing_molecules
 from molntk.models.so3_ntk import RECIPE_PARAMS, SO3NetworkParams, SO3SolverParams, as_molecules, check_inducing, present_elements
 from molntk.models.delta import BaselineResult, check_baseline, check_energy_unit
 from molntk.models.delta import baseline_results as baseline_results_of
@@ -249,7 +267,27 @@ def check_exact_memory(rows: int, grid_search: bool, available: int | None = Non
     if need > available:
         raise InputError("inducing", f"the exact energy+force model has {rows:,} joint rows: its fit needs ≈ "
                          f"{need / 2**30:.1f} GiB of memory, {available / 2**30:.1f} GiB are available; give "
-                         "inducing=m for the sparse model (a few thousand inducing environments), or fewer configurations")
+                         "inducing_frames=m (m of the configurations) or inducing=m (inducing environments) for a "
+                         "sparse model, or fewer configurations")
+
+
+def frames_host_bytes(rows: int, columns: int) -> int:
+    """A lower bound on the host memory of the fit with ``inducing_frames``: the joint rows K_nm
+    (``rows`` = N + 3Σn by ``columns`` = m + 3Σn_j, float64), the Nyström features K_nm R and
+    the Q factors of their QR (each at most that size)."""
+    return 3 * rows * columns * 8
+
+
+def check_frames_memory(rows: int, columns: int, available: int | None = None) -> None:
+    """InputError naming ``inducing_frames`` when :func:`frames_host_bytes` exceeds the available
+    RAM (``available`` bytes; None: :func:`~molntk.scale.memory.available_ram_bytes`), before any
+    kernel is computed."""
+    need = frames_host_bytes(rows, columns)
+    available = available_ram_bytes() if available is None else available
+    if need > available:
+        raise InputError("inducing_frames", f"{rows:,} joint rows against {columns:,} inducing functions need ≈ "
+                         f"{need / 2**30:.1f} GiB of memory, {available / 2**30:.1f} GiB are available; give fewer "
+                         "inducing frames, or inducing=m (inducing environments)")
 
 
 def _noise_level(value: float | str, name: str) -> float | None:
@@ -289,6 +327,9 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     :func:`select_noise_local`; for thousands of configurations);
     ``inducing`` (None: the exact model; m: the sparse model), ``inducing_selection``,
     ``inducing_seed``, ``rank_rtol`` (sparse mode, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`);
+    ``inducing_frames`` (None, or m: the GDML form on m of the training configurations, chosen
+    by ``inducing_selection`` and ``inducing_seed``, solved like the sparse model with ``rank_rtol``;
+    module docstring; not with ``inducing``);
     ``baseline`` (None, or the physical baseline of Δ-learning, module docstring) and ``unit``
     (the energy unit of the data: needed with a baseline; the ASE calculator reads it).
 
@@ -299,7 +340,10 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     ``dressed_atom_`` (or None), ``reg_energy_``, ``reg_force_`` (λ_E, λ_F used), ``cv_score_``
     (the LOO criterion, or None), ``reg_at_grid_edge_`` (whether the λ's chosen lie on an end
     of the grid or at the floor; None for fixed λ's), ``kernel_`` (the molecular kernel), ``train_molecules_``; exact:
-    ``energy_coef_`` (N,) and ``force_coef_`` (3Σn,) (α_E, α_F); sparse: ``inducing_rows_`` (int64
+    ``energy_coef_`` (N,) and ``force_coef_`` (3Σn,) (α_E, α_F; with ``inducing_frames``: a and b
+    on the inducing configurations, ``inducing_frame_rows_`` (int64 indices into the training
+    configurations), ``n_inducing_`` functions and ``rank_`` kept; otherwise
+    ``inducing_frame_rows_`` is None); sparse: ``inducing_rows_`` (int64
     rows into the training environments),
     ``inducing_`` (the inducing environments), ``inducing_weights_`` (w, (m,)), ``n_inducing_``
     and ``rank_`` (K_mm eigenvalues kept); ``unit_`` (the ``unit`` fitted with); ``target_``
@@ -313,6 +357,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     noise_search: str = "grid"
     device: str = "cpu"
     unit: str | None = None
+    inducing_frames: int | None = None
 
     def recipe(self) -> SO3ModelRecipe:
         """The model these parameters describe (float64, sum over atom pairs)."""
@@ -328,9 +373,17 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             check_energy_unit(self.unit, self.baseline)
         if self.noise_search not in ("grid", "local"):
             raise InputError("noise_search", f"must be 'grid' or 'local', got {self.noise_search!r}")
-        if self.noise_search == "local" and self.inducing is not None:
-            raise InputError("noise_search", "'local' is the exact model's search (inducing=None); the sparse model "
-                             "searches its whole grid in closed form")
+        if self.inducing_frames is not None:
+            if isinstance(self.inducing_frames, bool) or not isinstance(self.inducing_frames, numbers.Integral) \
+                    or self.inducing_frames < 1:
+                raise InputError("inducing_frames", f"must be None or a whole number ≥ 1, got {self.inducing_frames!r}")
+            if self.inducing is not None:
+                raise InputError("inducing_frames", "the model is sparse in configurations or in environments "
+                                 f"(inducing={self.inducing!r}), not both: give one")
+            check_inducing(1, self.inducing_selection, self.inducing_seed)
+        if self.noise_search == "local" and (self.inducing is not None or self.inducing_frames is not None):
+            raise InputError("noise_search", "'local' is the exact model's search (inducing=None, inducing_frames=None); "
+                             "the sparse models search their whole grid in closed form")
         return noise_levels(self.reg_energy, self.reg_force)
 
     def _training_data(self, X: Any, energies: Any, forces: Any) -> tuple[list[Molecule], np.ndarray, np.ndarray]:
@@ -370,9 +423,9 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         (:func:`~molntk.molecular.derivative_kernels.joint_kernel`'s ``cache_dir``), so a
         killed fit resumes from them."""
         lam_e, lam_f = self._check_params()
-        if kernel_cache is not None and self.inducing is not None:
-            raise InputError("kernel_cache", "stores the exact model's joint kernel; the sparse model (inducing="
-                             f"{self.inducing}) has none")
+        if kernel_cache is not None and (self.inducing is not None or self.inducing_frames is not None):
+            raise InputError("kernel_cache", "stores the exact model's joint kernel; the sparse models (inducing, "
+                             "inducing_frames) have none")
         self._references = None  # the exact model's contracted training tangents, made at the first prediction
         molecules, e, f = self._training_data(X, energies, forces)
         if self.baseline is None and baseline_results is not None:
@@ -392,8 +445,11 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         self.kernel_ = kernel = self.recipe().molecular_kernel(self.device)
         is_force, groups = joint_rows(len(molecules), [m.n_atoms for m in molecules])
         self.sparse_ = self.inducing is not None
+        self.inducing_frame_rows_ = None
         if self.sparse_:
             self._fit_sparse(kernel, molecules, y, is_force, groups, lam_e, lam_f)
+        elif self.inducing_frames is not None:
+            self._fit_frames(kernel, molecules, y, is_force, groups, lam_e, lam_f)
         else:
             self._fit_exact(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache)
         self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
@@ -417,6 +473,31 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         alpha = solve_joint(K, y, is_force, lam_e, lam_f)
         self.energy_coef_, self.force_coef_ = alpha[: len(molecules)], alpha[len(molecules):]
         self.train_molecules_ = molecules
+
+    def _fit_frames(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray, is_force: np.ndarray,
+                    groups: list[np.ndarray], lam_e: float | None, lam_f: float | None) -> None:
+        """a, b on the inducing configurations (module docstring, ``inducing_frames``)."""
+        frames = inducing_molecules(kernel.describe(molecules), int(self.inducing_frames),
+                                    method=self.inducing_selection, seed=int(self.inducing_seed))
+        own_rows = np.concatenate([frames, *[groups[i][1:] for i in frames]])  # K_nm's rows in its columns' order
+        check_frames_memory(len(y), len(own_rows))
+        self._references = None
+        K_nm = joint_kernel(kernel, molecules, [molecules[i] for i in frames])
+        K_mm = K_nm[own_rows]
+        fit = fit_sparse_joint(K_nm, 0.5 * (K_mm + K_mm.T), y, is_force, groups, reg_energy=lam_e, reg_force=lam_f,
+                               floor=self.psd_rtol, rank_rtol=self.rank_rtol)
+        self.inducing_frame_rows_ = frames
+        self.energy_coef_, self.force_coef_ = fit.weights[: len(frames)], fit.weights[len(frames):]
+        self.rank_, self.n_inducing_ = fit.rank, len(fit.weights)
+        self.reg_energy_, self.reg_force_, self.cv_score_ = fit.reg_energy, fit.reg_force, fit.cv_score
+        self.reg_at_grid_edge_ = fit.at_grid_edge
+        self.train_molecules_ = molecules
+
+    def _expansion_molecules(self) -> list[Molecule]:
+        """The configurations the exact form expands in: the training ones, or the inducing ones."""
+        if getattr(self, "inducing_frame_rows_", None) is None:
+            return self.train_molecules_
+        return [self.train_molecules_[i] for i in self.inducing_frame_rows_]
 
     def _fit_sparse(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray, is_force: np.ndarray,
                     groups: list[np.ndarray], lam_e: float | None, lam_f: float | None) -> None:
@@ -460,7 +541,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             return base + np.array([energy for energy, _ in self._expansion(molecules)])
         out = np.empty(len(molecules))
         for i, m in enumerate(molecules):
-            rows = derivative_rows(self.kernel_, m, self.train_molecules_, second=False)
+            rows = derivative_rows(self.kernel_, m, self._expansion_molecules(), second=False)
             out[i] = rows.theta @ self.energy_coef_ - rows.d_ref @ self.force_coef_
         return base + out
 
@@ -486,16 +567,17 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
 
     def _expansion(self, molecules: list[Molecule]) -> list[tuple[float, np.ndarray]]:
         """The exact model's s(M) = Σ_j α_E,j Θ(M, M_j) − Σ_j α_F,jᵀ ∂Θ(M, M_j)/∂r_j and ∂s/∂r
-        (n, 3) of each molecule: in closed form against the training tangents contracted with
+        (n, 3) of each molecule (M_j the training configurations, or the inducing ones with
+        ``inducing_frames``): in closed form against their tangents contracted with
         −α_F once per fitted model (:mod:`~molntk.molecular.pooled_derivatives`), else by autograd."""
         kernel = self.kernel_
         if not closed_form_supported(kernel):
-            return [expansion_energy_and_gradient(kernel, m, self.train_molecules_, self.energy_coef_, -self.force_coef_)
-                    for m in molecules]
+            return [expansion_energy_and_gradient(kernel, m, self._expansion_molecules(), self.energy_coef_,
+                                                  -self.force_coef_) for m in molecules]
         device = kernel.ctx.device
         if getattr(self, "_references", None) is None:
             coef = torch.as_tensor(-self.force_coef_, dtype=torch.float64, device=device)
-            self._references = contracted_tangent_features(kernel, self.train_molecules_, coef)
+            self._references = contracted_tangent_features(kernel, self._expansion_molecules(), coef)
         a = torch.as_tensor(self.energy_coef_, dtype=torch.float64, device=device)
         budget = value_budget(device)
         out = []
@@ -526,6 +608,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
                       "rank": np.asarray(self.rank_, dtype=np.int64)}
         else:
             fitted = {"energy_coef": self.energy_coef_, "force_coef": self.force_coef_}
+            if self.inducing_frame_rows_ is not None:
+                fitted |= {"inducing_frame_rows": self.inducing_frame_rows_, "rank": np.asarray(self.rank_, dtype=np.int64)}
         return write_model_archive(path, meta, {**fitted, **dressed_atom_arrays(self.dressed_atom_),
                                                 **molecule_arrays(self.train_molecules_)})
 
@@ -567,13 +651,23 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             model.inducing_ = environments_as_molecules(feats, torch.as_tensor(rows))
             model.rank_, model.n_inducing_ = int(arrays["rank"]), rows.size
         else:
+            model.inducing_frame_rows_ = None
+            if model.inducing_frames is not None:
+                frames = np.asarray(arrays["inducing_frame_rows"], dtype=np.int64)
+                n_train = len(model.train_molecules_)
+                if frames.ndim != 1 or frames.size == 0 or frames.min() < 0 or frames.max() >= n_train:
+                    raise ModelFileError(str(path), f"inducing_frame_rows do not index the {n_train} training molecules")
+                model.inducing_frame_rows_, model.rank_ = frames, int(arrays["rank"])
+            expansion = model._expansion_molecules()
             model.energy_coef_ = np.asarray(arrays["energy_coef"], dtype=np.float64)
             model.force_coef_ = np.asarray(arrays["force_coef"], dtype=np.float64)
-            n_forces = 3 * int(arrays["n_atoms"].sum())
-            if model.energy_coef_.shape != (len(model.train_molecules_),) or model.force_coef_.shape != (n_forces,):
+            n_forces = 3 * sum(m.n_atoms for m in expansion)
+            if model.energy_coef_.shape != (len(expansion),) or model.force_coef_.shape != (n_forces,):
                 raise ModelFileError(str(path), f"damaged model file (coefficients of shapes {model.energy_coef_.shape}, "
-                                     f"{model.force_coef_.shape} for {len(model.train_molecules_)} molecules with "
+                                     f"{model.force_coef_.shape} for {len(expansion)} molecules with "
                                      f"{n_forces} force components)")
+            if model.inducing_frames is not None:
+                model.n_inducing_ = len(expansion) + n_forces
         model.n_features_in_ = 1
         return model
 

@@ -126,3 +126,28 @@ def test_fit_forces_on_a_file_without_forces_names_it_and_writes_nothing(tmp_pat
     text = " ".join(result.output.split())
     assert "no_forces.extxyz" in text and "no frame with a value of 'U0' and forces" in text
     assert not (out / "U0.molntk.npz").exists()
+
+
+def test_fit_forces_on_inducing_frames_writes_that_model_and_needs_forces(frames, tmp_path):
+    """``--inducing-frames 3``: the GDML form on 3 of the 5 frames that have forces, as the
+    estimator fits it by hand (no joint-kernel cache: it is not the exact model); without
+    ``--forces`` the option is a usage error."""
+    out = tmp_path / "models"
+    result = CliRunner().invoke(app, ["fit", "--data", str(frames / "train.extxyz"), "--target", "dft_energy", "--forces",
+                                      "--inducing-frames", "3", "--out", str(out), "--json"])
+    assert result.exit_code == 1, result.output  # the frame without forces, as above
+    document = json.loads(result.stdout)["result"]
+    assert document["inducing_frames"] == 3 and not document["sparse"] and not (out / "kernel_cache").exists()
+    model = load_model(out / "dft_energy.molntk.npz")
+    data = read_labelled(frames / "train.extxyz", "dft_energy", forces=True)
+    by_hand = SO3ForceFieldRegressor(elements=data.elements, unit="eV", inducing_frames=3)
+    by_hand.fit(data.molecules, data.targets["dft_energy"], data.forces)
+    assert np.array_equal(model.inducing_frame_rows_, by_hand.inducing_frame_rows_)
+    test = read_labelled(frames / "test.extxyz", "energy", forces=True).molecules
+    energies, forces = model.predict_forces(test, return_energy=True)
+    expected_e, expected_f = by_hand.predict_forces(test, return_energy=True)
+    np.testing.assert_allclose(energies, expected_e, rtol=1e-10)
+    np.testing.assert_allclose(np.stack(forces), np.stack(expected_f), rtol=1e-8, atol=1e-10)
+    usage = CliRunner().invoke(app, ["fit", "--data", str(frames / "train.extxyz"), "--target", "dft_energy",
+                                     "--inducing-frames", "3", "--out", str(tmp_path / "none")])
+    assert usage.exit_code == 2 and "--inducing-frames applies to a force field" in unboxed(usage.output)

@@ -29,7 +29,7 @@ from molntk.models.loading import load_model
 from molntk.models.model_files import read_model_archive, write_model_archive
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.molecular.derivative_kernels import derivative_rows
-from tests.helpers.forces import central_difference_forces
+from tests.helpers.forces import assert_same_energies_and_forces, central_difference_forces, with_array
 
 pytestmark = pytest.mark.usefixtures("one_thread", "one_blas_thread")
 
@@ -298,20 +298,16 @@ def test_a_saved_force_field_loads_and_predicts_the_same(tiny, sample, tmp_path)
     assert (loaded.reg_energy_, loaded.reg_force_) == (model.reg_energy_, model.reg_force_)
     assert (loaded.unit_, loaded.target_) == (model.unit_, model.target_) and model.target_ == "energy"
     assert loaded.provenance_ == model.provenance_ and model.provenance_["n_train"] == len(model.train_molecules_)
-    e0, f0 = model.predict_forces(test, return_energy=True)
-    e1, f1 = loaded.predict_forces(test, return_energy=True)
-    assert np.array_equal(e0, e1) and all(np.array_equal(a, b) for a, b in zip(f0, f1))
+    assert_same_energies_and_forces(model, loaded, test)
     assert np.array_equal(loaded.predict(test), model.predict(test))
 
     energy_model = tmp_path / "energy.molntk.npz"
     SO3NTKRegressor(reg=1e-3, **PARAMS).fit(test, sample[1][[3, 40]]).save(energy_model)
     with pytest.raises(ModelFileError, match="not a molntk SO\\(3\\) NTK force field"):
         SO3ForceFieldRegressor.load(energy_model)
-    arrays = dict(np.load(path))
-    arrays["force_coef"] = arrays["force_coef"][:-3]
-    np.savez(tmp_path / "cut.npz", **arrays)
+    cut = with_array(path, tmp_path / "cut.npz", "force_coef", lambda coef: coef[:-3])
     with pytest.raises(ModelFileError, match="cut.npz.*damaged.*coefficients of shapes"):
-        SO3ForceFieldRegressor.load(tmp_path / "cut.npz")
+        SO3ForceFieldRegressor.load(cut)
     with pytest.raises(InputError, match="save called before fit"):
         SO3ForceFieldRegressor().save(tmp_path / "x.npz")
     # load_model reads either kind by the format its file names, and refuses others

@@ -13,11 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from molntk.errors import InputError
+from molntk.errors import InputError, ModelFileError
 from molntk.models.force_field import SO3ForceFieldRegressor, joint_rows
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.molecular.force_rows import force_rows
 from molntk.regression.sparse_joint import fit_sparse_joint
+from tests.helpers.forces import assert_same_energies_and_forces, with_array
 
 pytestmark = pytest.mark.usefixtures("one_thread", "one_blas_thread")
 
@@ -150,13 +151,8 @@ def test_a_saved_sparse_force_field_loads_and_predicts_the_same(sample, tmp_path
     loaded = SO3ForceFieldRegressor.load(path)
     assert loaded.sparse_ and loaded.n_inducing_ == 20 and loaded.rank_ == model.rank_
     test = [mols[i] for i in (5, 33)]
-    e0, f0 = model.predict_forces(test, return_energy=True)
-    e1, f1 = loaded.predict_forces(test, return_energy=True)
-    assert np.array_equal(e0, e1) and all(np.array_equal(a, b) for a, b in zip(f0, f1))
+    assert_same_energies_and_forces(model, loaded, test)
 
-    from molntk.errors import ModelFileError
-    arrays = dict(np.load(path))
-    arrays["inducing_rows"] = arrays["inducing_rows"] + 1000
-    np.savez(tmp_path / "bad_rows.npz", **arrays)
+    bad_rows = with_array(path, tmp_path / "bad_rows.npz", "inducing_rows", lambda rows: rows + 1000)
     with pytest.raises(ModelFileError, match="inducing_rows do not index the 36 training environments"):
-        SO3ForceFieldRegressor.load(tmp_path / "bad_rows.npz")
+        SO3ForceFieldRegressor.load(bad_rows)

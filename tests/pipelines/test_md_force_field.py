@@ -42,6 +42,7 @@ def test_the_split_is_disjoint_seeded_and_nested(tmp_path):
     ("split: {n_train: [20, 10]}\n", "n_train"),
     ("models: {so3_forces: null, so3_energy: null, sgdml: null}\n", "so3_forces"),
     ("models: {so3_forces_exact: {params: {inducing: 100}}}\n", "so3_forces_exact.params.inducing"),
+    ("models: {so3_forces_frames: {params: {grid_band_limit: 3}}}\n", "so3_forces_frames.params.inducing_frames"),
 ])
 def test_bad_configs_name_the_key(tmp_path, text, key):
     path = tmp_path / "bad.yaml"
@@ -59,15 +60,17 @@ def test_an_unknown_model_parameter_is_refused_before_any_work(tmp_path):
 
 
 def test_a_tiny_run_writes_its_files_and_force_training_beats_energy_training_on_forces(tmp_path):
-    """Two training sizes, four models, 6 test frames: every record, every file; the model
+    """Two training sizes, five models, 6 test frames: every record, every file; the model
     trained on 8 frames' forces (216 force labels) predicts forces better than the one trained
     on their 8 energies, whose forces are a by-product. The exact energy+force model runs at
-    its max_n_train (4) only; the size above it is listed as skipped. The report compares the
-    lowest MAE with every other model at each size, for energies and forces."""
+    its max_n_train (4) only; the size above it is listed as skipped; the GDML form on 3
+    inducing frames at both sizes. The report compares the lowest MAE with every other model
+    at each size, for energies and forces."""
     config = TASKS.load(write_config(tmp_path, (
         "split: {n_train: [4, 8], n_test: 6, seed: 0}\n"
         "models: {so3_forces: {params: {grid_band_limit: 3}}, so3_energy: {params: {grid_band_limit: 3}},"
         " so3_forces_exact: {params: {grid_band_limit: 3}, max_n_train: 4},"
+        " so3_forces_frames: {params: {grid_band_limit: 3, inducing_frames: 3}},"
         " sgdml: {sigmas: [20.0], validation_fraction: 0.25}}\n"
         "compute: {threads: 1}\n")), [f"output={tmp_path / 'out'}"])
     result = TASKS[config.task].run(config, "md.yaml")
@@ -76,13 +79,16 @@ def test_a_tiny_run_writes_its_files_and_force_training_beats_energy_training_on
         assert (out / name).is_file(), name
     report = json.loads((out / "report.json").read_text())
     assert {(r["model"], r["n_train"]) for r in report["results"]} == {
-        (m, n) for m in ("so3-ntk-forces", "so3-ntk-energy", "sgdml") for n in (4, 8)} | {("so3-ntk-forces-exact", 4)}
+        (m, n) for m in ("so3-ntk-forces", "so3-ntk-forces-frames", "so3-ntk-energy", "sgdml") for n in (4, 8)} | {
+        ("so3-ntk-forces-exact", 4)}
     assert [(s["model"], s["n_train"]) for s in report["skipped_fits"]] == [("so3-ntk-forces-exact", 8)]
     assert report["data"]["formula"] == "C2H6O" and len(report["test_frames"]) == 6
     assert report["data"]["sha256"] == hashlib.sha256(Path(report["data"]["file"]).read_bytes()).hexdigest()
     by = {(r["model"], r["n_train"]): r for r in result["results"]}
     assert by["so3-ntk-forces", 8]["force_mae"] < by["so3-ntk-energy", 8]["force_mae"]
     assert {"reg_energy_", "reg_force_"} <= set(by["so3-ntk-forces", 8]["chosen"])
+    assert by["so3-ntk-forces-frames", 8]["force_mae"] < by["so3-ntk-energy", 8]["force_mae"]
+    assert {"reg_energy_", "reg_force_"} <= set(by["so3-ntk-forces-frames", 8]["chosen"])
     assert by["sgdml", 8]["chosen"]["sigma_"] == 20.0
     # Each MAE lies in its bootstrap interval; the comparisons put, per size and quantity, the
     # lowest MAE against every other model, by the records' MAE differences.

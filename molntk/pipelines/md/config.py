@@ -98,13 +98,16 @@ class MDModelsConfig(Section):
     """The models side by side (null: left out): ``so3_forces`` the SO(3) NTK trained on
     energies and forces; ``so3_forces_exact`` the same with the exact joint kernel of every
     training frame's energy and forces (the GDML form, N(1 + 3n) functions; ``inducing`` not
-    allowed; off unless given: its kernel has N²/2 molecule pairs); ``so3_energy`` the SO(3)
+    allowed; off unless given: its kernel has N²/2 molecule pairs); ``so3_forces_frames`` the
+    same form on ``params.inducing_frames`` of the training frames, fitted to all of them (off
+    unless given; N·m molecule pairs); ``so3_energy`` the SO(3)
     NTK trained on energies only (its forces are the gradient of its energy); ``sgdml`` the
     sGDML baseline; ``fchl19`` the FCHL19 baseline with force kernels (off unless given);
     ``fchl19_sparse`` the same on inducing atoms (off unless given)."""
 
     so3_forces: SO3ModelConfig | None = SO3ModelConfig()
     so3_forces_exact: SO3ModelConfig | None = None
+    so3_forces_frames: SO3ModelConfig | None = None
     so3_energy: SO3ModelConfig | None = SO3ModelConfig()
     sgdml: SGDMLModelConfig | None = SGDMLModelConfig()
     fchl19: FCHL19ModelConfig | None = None
@@ -112,11 +115,16 @@ class MDModelsConfig(Section):
 
     @model_validator(mode="after")
     def _some_model(self) -> MDModelsConfig:
-        if all(getattr(self, key) is None for key in ("so3_forces", "so3_forces_exact", "so3_energy", "sgdml", "fchl19", "fchl19_sparse")):
+        if all(getattr(self, key) is None for key in ("so3_forces", "so3_forces_exact", "so3_forces_frames", "so3_energy",
+                                                      "sgdml", "fchl19", "fchl19_sparse")):
             raise FieldError("so3_forces", "every model is null: nothing to run")
         if self.so3_forces_exact is not None and self.so3_forces_exact.params.get("inducing") is not None:
             raise FieldError("so3_forces_exact.params.inducing", "the exact model has no inducing environments: leave it out "
                              "(so3_forces is the sparse model)")
+        frames = self.so3_forces_frames
+        if frames is not None and not frames.params.get("inducing_frames"):
+            raise FieldError("so3_forces_frames.params.inducing_frames", "the number of inducing frames is needed "
+                             "(e.g. 250)")
         return self
 
 

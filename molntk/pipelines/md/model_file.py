@@ -9,7 +9,9 @@ forces; MD17's kcal/mol are converted on reading). Without ``inducing`` the exac
 joint kernel of every frame's energy and forces, its noise levels by
 ``noise_search="local"``: the whole grid on the leading frames, then a local search; for up
 to a few hundred frames of a small molecule on a CPU), with ``inducing`` = m the sparse
-model for thousands of frames. The exact model's memory is checked before any kernel is
+model on m inducing environments for thousands of frames, with ``inducing_frames`` = m the
+exact model's form on m of the frames, fitted to all of them (both sparse models search
+their whole noise grid). The exact model's memory is checked before any kernel is
 computed (:func:`~molntk.models.force_field.check_exact_memory`), and its joint kernel is
 stored row block by row block in ``out/kernel_cache/`` as it is computed, so the same
 command after a kill (or a refit of the same frames) resumes from it; deleting the folder
@@ -34,20 +36,22 @@ FORCE_FIELD_UNIT = "eV"
 
 
 def fit_force_field_file(path: str | Path, target: str, out: str | Path, *, inducing: int | None = None,
-                         baseline: str | None = None, device: str = "auto", **read: Any) -> dict[str, Any]:
+                         inducing_frames: int | None = None, baseline: str | None = None, device: str = "auto",
+                         **read: Any) -> dict[str, Any]:
     """Fit and write the force field of the labelled file ``path`` (module docstring); returns
-    ``{"output", "model_files": {target: path}, "n_train", "read_failures", "sparse", "reg_energy",
-    "reg_force"}``. ``out`` is checked writable before the file is read; an InputError names
+    ``{"output", "model_files": {target: path}, "n_train", "read_failures", "sparse",
+    "inducing_frames", "reg_energy", "reg_force"}``. ``out`` is checked writable before the file is read; an InputError names
     the file when no frame with an energy and forces could be read."""
     folder = output_dir(Path(path).stem, out)
     data = read_labelled(path, target, forces=True, **read)
     if not data.molecules:
         raise InputError(str(path), f"no frame with a value of {target!r} and forces could be read ({len(data.failures)} failed)")
-    model = SO3ForceFieldRegressor(elements=data.elements, inducing=inducing, baseline=baseline, unit=FORCE_FIELD_UNIT,
-                                   device=str(resolve_device(device)),
-                                   noise_search="local" if inducing is None else "grid")
+    exact = inducing is None and inducing_frames is None
+    model = SO3ForceFieldRegressor(elements=data.elements, inducing=inducing, inducing_frames=inducing_frames,
+                                   baseline=baseline, unit=FORCE_FIELD_UNIT, device=str(resolve_device(device)),
+                                   noise_search="local" if exact else "grid")
     model.fit(data.molecules, data.targets[target], data.forces, target=target, provenance=data.provenance(read),
-              kernel_cache=folder / KERNEL_FOLDER if inducing is None else None)
+              kernel_cache=folder / KERNEL_FOLDER if exact else None)
     with result_set(folder) as stage:
         model.save(stage / f"{target}{MODEL_SUFFIX}")
     return {
@@ -56,6 +60,7 @@ def fit_force_field_file(path: str | Path, target: str, out: str | Path, *, indu
         "n_train": len(data.molecules),
         "read_failures": [failure.message for failure in data.failures],
         "sparse": model.sparse_,
+        "inducing_frames": None if model.inducing_frame_rows_ is None else len(model.inducing_frame_rows_),
         "reg_energy": model.reg_energy_,
         "reg_force": model.reg_force_,
     }

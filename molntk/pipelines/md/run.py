@@ -56,7 +56,8 @@ def frames_path(config: MDForceFieldConfig) -> Path:
 FRAME_ERRORS = "frame_errors"
 
 #: Config key of each model section → the model's name in the records.
-MODEL_KEYS = {"so3_forces": "so3-ntk-forces", "so3_forces_exact": "so3-ntk-forces-exact", "so3_energy": "so3-ntk-energy",
+MODEL_KEYS = {"so3_forces": "so3-ntk-forces", "so3_forces_exact": "so3-ntk-forces-exact",
+              "so3_forces_frames": "so3-ntk-forces-frames", "so3_energy": "so3-ntk-energy",
               "sgdml": "sgdml", "fchl19": "fchl19", "fchl19_sparse": "fchl19-sparse"}
 
 
@@ -65,7 +66,7 @@ def estimators(config: MDForceFieldConfig) -> dict[str, Any]:
     of an unknown parameter)."""
     models, out = config.models, {}
     for key, make in [("so3_forces", SO3ForceFieldRegressor), ("so3_forces_exact", SO3ForceFieldRegressor),
-                      ("so3_energy", SO3NTKRegressor)]:
+                      ("so3_forces_frames", SO3ForceFieldRegressor), ("so3_energy", SO3NTKRegressor)]:
         section = getattr(models, key)
         if section is not None:
             try:
@@ -105,7 +106,7 @@ def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray
     tic = time.perf_counter()
     if isinstance(estimator, SO3NTKRegressor):
         estimator.fit(pick(train), energies[train])
-    elif isinstance(estimator, SO3ForceFieldRegressor) and estimator.inducing is None:
+    elif isinstance(estimator, SO3ForceFieldRegressor) and estimator.inducing is None and estimator.inducing_frames is None:
         estimator.fit(pick(train), energies[train], forces, kernel_cache=kernel_cache)
     else:
         estimator.fit(pick(train), energies[train], forces)

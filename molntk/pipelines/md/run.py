@@ -34,9 +34,10 @@ from molntk.scale.progress import Progress
 from molntk.utils.files import sha256_file
 
 #: Fitted attributes reported as each model's chosen hyperparameters, where the model (or
-#: its fitted regressor, ``regressor_``) has them.
+#: its fitted regressor, ``regressor_``) has them; a sparse model's functions and the rank its
+#: K_mm kept beside them.
 CHOSEN = ("sigma_", "sigma_at_grid_edge_", "reg_energy_", "reg_force_", "cv_score_", "reg_at_grid_edge_",
-          "reg_relative_")
+          "reg_relative_", "n_inducing_", "rank_")
 
 
 def frames_path(config: MDForceFieldConfig) -> Path:

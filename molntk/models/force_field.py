@@ -380,7 +380,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             if self.inducing is not None:
                 raise InputError("inducing_frames", "the model is sparse in configurations or in environments "
                                  f"(inducing={self.inducing!r}), not both: give one")
-            check_inducing(1, self.inducing_selection, self.inducing_seed)
+            check_inducing(1, self.inducing_selection, self.inducing_seed)  # the frames' selection and seed
         if self.noise_search == "local" and (self.inducing is not None or self.inducing_frames is not None):
             raise InputError("noise_search", "'local' is the exact model's search (inducing=None, inducing_frames=None); "
                              "the sparse models search their whole grid in closed form")
@@ -481,7 +481,6 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
                                     method=self.inducing_selection, seed=int(self.inducing_seed))
         own_rows = np.concatenate([frames, *[groups[i][1:] for i in frames]])  # K_nm's rows in its columns' order
         check_frames_memory(len(y), len(own_rows))
-        self._references = None
         K_nm = joint_kernel(kernel, molecules, [molecules[i] for i in frames])
         K_mm = K_nm[own_rows]
         fit = fit_sparse_joint(K_nm, 0.5 * (K_mm + K_mm.T), y, is_force, groups, reg_energy=lam_e, reg_force=lam_f,

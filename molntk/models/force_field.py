@@ -31,7 +31,12 @@ of "cv" in ``reg_energy`` / ``reg_force`` fix the absolute λ's. For thousands o
 configurations ``noise_search="local"`` searches the whole grid on the first configurations
 only (:data:`LOCAL_START_ROWS` rows: 250 configurations of 9 atoms), then moves from that choice to the best neighbouring
 grid point of the whole problem while the criterion falls (one Cholesky factorisation per
-visited point, on the GPU with ``device="cuda"``; :func:`select_noise_local`).
+visited point, on the GPU with ``device="cuda"``; :func:`select_noise_local`). The sparse
+models factorise their system once per ratio q and score every ρ of it cheaply; for them
+``noise_search="local"`` visits the ratios from the middle of the grid to the lower
+neighbour while the best criterion over ρ falls
+(:func:`~molntk.regression.noise_search.climb_ratios`: 3–6 factorisations instead of 15,
+where each is the SVD of an r × r matrix, r up to m + 3Σn_j with ``inducing_frames``).
 
 Predictions for a molecule M: E(M) = E_dressed(M) + Σ_j α_E,j Θ(M, M_j) − Σ_j α_F,jᵀ ∂Θ(M, M_j)/∂r_j,
 and F(M) = −∂E(M)/∂r, which equals the derivative-kernel prediction [−∂Θ/∂r, ∂²Θ/∂r∂r'] α
@@ -131,7 +136,8 @@ from molntk.regression.blocked_cholesky import CHOLESKY_BLOCK, upper_cholesky_in
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, NoiseChoice, cholesky_grouped_residuals, climb_noise,
                                             grouped_residuals, loo_criterion, on_grid_edge, search_noise)
-from molntk.regression.sparse_joint import fit_sparse_joint
+from molntk.regression.sparse_joint import (fit_sparse_joint, scored_rows, solve_sparse_joint, sparse_joint_host_bytes,
+                                            sparse_joint_system)
 from molntk.scale.memory import available_ram_bytes
 
 #: Query molecules whose tangent feature maps are computed together when predicting (exact model).
@@ -271,18 +277,14 @@ def check_exact_memory(rows: int, grid_search: bool, available: int | None = Non
                          "sparse model, or fewer configurations")
 
 
-def frames_host_bytes(rows: int, columns: int) -> int:
-    """A lower bound on the host memory of the fit with ``inducing_frames``: the joint rows K_nm
-    (``rows`` = N + 3Σn by ``columns`` = m + 3Σn_j, float64), the Nyström features K_nm R and
-    the Q factors of their QR (each at most that size)."""
-    return 3 * rows * columns * 8
-
-
-def check_frames_memory(rows: int, columns: int, available: int | None = None) -> None:
-    """InputError naming ``inducing_frames`` when :func:`frames_host_bytes` exceeds the available
-    RAM (``available`` bytes; None: :func:`~molntk.scale.memory.available_ram_bytes`), before any
+def check_frames_memory(rows: int, columns: int, energy_rows: int, scored: int, available: int | None = None) -> None:
+    """InputError naming ``inducing_frames`` when the fit with ``inducing_frames`` — the joint
+    rows K_nm (``rows`` = N + 3Σn by ``columns`` = m + 3Σn_j, float64) and its projected-process
+    solve (:func:`~molntk.regression.sparse_joint.sparse_joint_host_bytes`; ``energy_rows`` = N,
+    ``scored`` rows in the LOO's configurations) — needs more than the available RAM
+    (``available`` bytes; None: :func:`~molntk.scale.memory.available_ram_bytes`), before any
     kernel is computed."""
-    need = frames_host_bytes(rows, columns)
+    need = sparse_joint_host_bytes(rows, columns, energy_rows, scored)
     available = available_ram_bytes() if available is None else available
     if need > available:
         raise InputError("inducing_frames", f"{rows:,} joint rows against {columns:,} inducing functions need ≈ "
@@ -321,10 +323,11 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     ``device``, ``block_size``; float64 and ``reduce="sum"`` always); ``residual`` (subtract the
     dressed-atom model); ``reg_energy``, ``reg_force``: "cv" (both chosen together by
     grouped LOO) or absolute λ_E, λ_F (both must be numbers, or both "cv"; > 0 in sparse mode);
-    ``noise_search`` (exact model, "cv" λ's): "grid" (the whole grid, one eigendecomposition of
-    K per ratio) or "local" (the grid on the first :data:`LOCAL_START_ROWS` rows' configurations, then a
+    ``noise_search`` ("cv" λ's): "grid" (the whole grid; exact model: one eigendecomposition of
+    K per ratio) or "local" (exact model: the grid on the first :data:`LOCAL_START_ROWS` rows' configurations, then a
     local search on the whole K, one Cholesky factorisation per visited point on ``device``:
-    :func:`select_noise_local`; for thousands of configurations);
+    :func:`select_noise_local`, for thousands of configurations; sparse models: every ρ, the
+    ratios locally, module docstring);
     ``inducing`` (None: the exact model; m: the sparse model), ``inducing_selection``,
     ``inducing_seed``, ``rank_rtol`` (sparse mode, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`);
     ``inducing_frames`` (None, or m: the GDML form on m of the training configurations, chosen
@@ -381,9 +384,6 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
                 raise InputError("inducing_frames", "the model is sparse in configurations or in environments "
                                  f"(inducing={self.inducing!r}), not both: give one")
             check_inducing(1, self.inducing_selection, self.inducing_seed)  # the frames' selection and seed
-        if self.noise_search == "local" and (self.inducing is not None or self.inducing_frames is not None):
-            raise InputError("noise_search", "'local' is the exact model's search (inducing=None, inducing_frames=None); "
-                             "the sparse models search their whole grid in closed form")
         return noise_levels(self.reg_energy, self.reg_force)
 
     def _training_data(self, X: Any, energies: Any, forces: Any) -> tuple[list[Molecule], np.ndarray, np.ndarray]:
@@ -418,14 +418,15 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         of X in ``unit`` computed elsewhere, e.g. cached; None: computed here). ``target``
         names the energies (kept as ``target_`` and in the model file); ``provenance``
         (JSON-ready facts about the training set) is kept as ``provenance_`` with ``n_train``,
-        the molntk version and the time of the fit. ``kernel_cache`` (exact model): a folder
-        where the training joint kernel's rows are stored as they are computed
+        the molntk version and the time of the fit. ``kernel_cache`` (exact model, and
+        ``inducing_frames``): a folder where the joint kernel's rows (training configurations
+        against themselves, or against the inducing ones) are stored as they are computed
         (:func:`~molntk.molecular.derivative_kernels.joint_kernel`'s ``cache_dir``), so a
         killed fit resumes from them."""
         lam_e, lam_f = self._check_params()
-        if kernel_cache is not None and (self.inducing is not None or self.inducing_frames is not None):
-            raise InputError("kernel_cache", "stores the exact model's joint kernel; the sparse models (inducing, "
-                             "inducing_frames) have none")
+        if kernel_cache is not None and self.inducing is not None:
+            raise InputError("kernel_cache", "stores a joint kernel of configurations; the sparse model on inducing "
+                             "environments (inducing) has none")
         self._references = None  # the exact model's contracted training tangents, made at the first prediction
         molecules, e, f = self._training_data(X, energies, forces)
         if self.baseline is None and baseline_results is not None:
@@ -449,7 +450,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         if self.sparse_:
             self._fit_sparse(kernel, molecules, y, is_force, groups, lam_e, lam_f)
         elif self.inducing_frames is not None:
-            self._fit_frames(kernel, molecules, y, is_force, groups, lam_e, lam_f)
+            self._fit_frames(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache)
         else:
             self._fit_exact(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache)
         self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
@@ -475,16 +476,19 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         self.train_molecules_ = molecules
 
     def _fit_frames(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray, is_force: np.ndarray,
-                    groups: list[np.ndarray], lam_e: float | None, lam_f: float | None) -> None:
-        """a, b on the inducing configurations (module docstring, ``inducing_frames``)."""
+                    groups: list[np.ndarray], lam_e: float | None, lam_f: float | None,
+                    kernel_cache: str | Path | None) -> None:
+        """a, b on the inducing configurations (module docstring, ``inducing_frames``); K_nm is
+        released once the system is built, before the noise search."""
         frames = inducing_molecules(kernel.describe(molecules), int(self.inducing_frames),
                                     method=self.inducing_selection, seed=int(self.inducing_seed))
         own_rows = np.concatenate([frames, *[groups[i][1:] for i in frames]])  # K_nm's rows in its columns' order
-        check_frames_memory(len(y), len(own_rows))
-        K_nm = joint_kernel(kernel, molecules, [molecules[i] for i in frames])
+        check_frames_memory(len(y), len(own_rows), len(molecules), scored_rows(groups))
+        K_nm = joint_kernel(kernel, molecules, [molecules[i] for i in frames], cache_dir=kernel_cache)
         K_mm = K_nm[own_rows]
-        fit = fit_sparse_joint(K_nm, 0.5 * (K_mm + K_mm.T), y, is_force, groups, reg_energy=lam_e, reg_force=lam_f,
-                               floor=self.psd_rtol, rank_rtol=self.rank_rtol)
+        system = sparse_joint_system(K_nm, 0.5 * (K_mm + K_mm.T), y, is_force, groups, rank_rtol=self.rank_rtol)
+        del K_nm, K_mm
+        fit = solve_sparse_joint(system, reg_energy=lam_e, reg_force=lam_f, floor=self.psd_rtol, search=self.noise_search)
         self.inducing_frame_rows_ = frames
         self.energy_coef_, self.force_coef_ = fit.weights[: len(frames)], fit.weights[len(frames):]
         self.rank_, self.n_inducing_ = fit.rank, len(fit.weights)
@@ -508,7 +512,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         K_mm = kernel(self.inducing_).ntk.cpu().numpy()
         rows_e_f = force_rows(kernel, molecules, self.inducing_)
         fit = fit_sparse_joint(np.vstack([rows_e_f.energy, -rows_e_f.gradient]), K_mm, y, is_force, groups,
-                               reg_energy=lam_e, reg_force=lam_f, floor=self.psd_rtol, rank_rtol=self.rank_rtol)
+                               reg_energy=lam_e, reg_force=lam_f, floor=self.psd_rtol, rank_rtol=self.rank_rtol,
+                               search=self.noise_search)
         self.inducing_weights_, self.rank_, self.n_inducing_ = fit.weights, fit.rank, len(fit.weights)
         self.reg_energy_, self.reg_force_, self.cv_score_ = fit.reg_energy, fit.reg_force, fit.cv_score
         self.reg_at_grid_edge_ = fit.at_grid_edge

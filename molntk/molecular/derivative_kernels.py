@@ -221,11 +221,11 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
     its accuracy, ≈ 1e-5 relative on the Lebedev grid of band limit 5). ``method`` as
     :func:`derivative_rows`'s; the closed form computes each molecule's tangent feature maps once.
 
-    ``cache_dir`` (symmetric call only): the rows of every :data:`CACHED_MOLECULES` molecules
-    (against themselves and the molecules after them) are stored there as they are computed
-    (:class:`~molntk.scale.cache.BlockCache`, keyed by the kernel's settings, the route and
-    the molecules' content), so a killed computation resumes where it stopped and a later
-    call on the same molecules reads the matrix instead of computing it."""
+    ``cache_dir``: the rows of every :data:`CACHED_MOLECULES` molecules (against themselves and
+    the molecules after them; with ``others``, against all of those) are stored there as they
+    are computed (:class:`~molntk.scale.cache.BlockCache`, keyed by the kernel's settings, the
+    route and the molecules' content), so a killed computation resumes where it stopped and a
+    later call on the same molecules reads the matrix instead of computing it."""
     check_kernel(kernel)
     same = others is None
     others = molecules if same else others
@@ -233,23 +233,32 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
         raise InputError("molecules", "no molecules")
     if len(others) == 0:
         raise InputError("others", "no molecules")
-    if cache_dir is not None and not same:
-        raise InputError("cache_dir", "the joint kernel's block cache serves symmetric calls (others=None) only")
     n, n2 = len(molecules), len(others)
     off, off2 = force_offsets(molecules), force_offsets(others)
     out = np.zeros((n + off[-1], n2 + off2[-1]))
     closed = _closed_form(kernel, method)
-    cache = None if cache_dir is None else joint_block_cache(cache_dir, kernel, molecules, closed)
+    cache = None if cache_dir is None else joint_block_cache(cache_dir, kernel, molecules, closed, None if same else others)
+
+    def block(a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """The cached block of molecules a … b−1: its column items in the cache, its rows and
+        columns in ``out`` and (symmetric) which of the columns belong to later molecules."""
+        if same:
+            return (np.arange(a, n), *block_indices(n, off, a, b))
+        rows = np.concatenate([np.arange(a, b), n + np.arange(off[a], off[b])])
+        return n + np.arange(n2), rows, np.arange(out.shape[1]), None
+
     todo = np.ones(n, dtype=bool)
     if cache is not None:
         for a in range(0, n, CACHED_MOLECULES):
             b = min(a + CACHED_MOLECULES, n)
-            stored = cache.load(np.arange(a, b), np.arange(a, n))
-            if stored is not None:  # its rows, and mirrored into the rows of the later molecules
-                rows, cols, later = block_indices(n, off, a, b)
-                out[np.ix_(rows, cols)] = stored["joint"]
+            items, rows, cols, later = block(a, b)
+            stored = cache.load(np.arange(a, b), items)
+            if stored is None:
+                continue
+            out[np.ix_(rows, cols)] = stored["joint"]
+            if same:  # mirrored into the rows of the later molecules
                 out[np.ix_(cols[later], rows)] = stored["joint"][:, later].T
-                todo[a:b] = False
+            todo[a:b] = False
     if closed and todo.any():
         tangents = tangent_features(kernel, molecules)
         tangents2 = tangents if same else tangent_features(kernel, others)
@@ -277,8 +286,8 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
             out[fcols, n + off[i] : n + off[i + 1]] = rows.mixed.T
         if cache is not None and ((i + 1) % CACHED_MOLECULES == 0 or i + 1 == n):  # the block is whole
             a = i - i % CACHED_MOLECULES
-            block_rows, block_cols, _ = block_indices(n, off, a, i + 1)
-            cache.store(np.arange(a, i + 1), np.arange(a, n), {"joint": out[np.ix_(block_rows, block_cols)]})
+            items, rows, cols, _ = block(a, i + 1)
+            cache.store(np.arange(a, i + 1), items, {"joint": out[np.ix_(rows, cols)]})
     return out
 
 
@@ -288,12 +297,14 @@ CACHED_MOLECULES = 16
 
 
 def joint_block_cache(directory: str | Path, kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
-                      closed: bool) -> BlockCache:
-    """The :class:`~molntk.scale.cache.BlockCache` of ``kernel``'s joint kernel on ``molecules``:
-    kernel key sha256(json{settings, "joint", route}), item keys the molecules' content digests."""
+                      closed: bool, others: Sequence[Molecule] | None = None) -> BlockCache:
+    """The :class:`~molntk.scale.cache.BlockCache` of ``kernel``'s joint kernel on ``molecules``
+    (against ``others``: their items follow the molecules'): kernel key sha256(json{settings,
+    "joint", route}), item keys the molecules' content digests."""
     material = {"kernel": kernel.settings(), "matrix": "joint energy-force", "closed_form": closed}
     key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
-    return BlockCache(directory, key, molecule_digests(molecules))
+    items = molecules if others is None else [*molecules, *others]
+    return BlockCache(directory, key, molecule_digests(items))
 
 
 def block_indices(n: int, off: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -38,6 +38,12 @@ configurations (n_s rows). Measured (one thread, loaded 2-core machine) on rando
 1,000 ethanol-sized configurations (28,000 rows) with m = r = 1,000: 20 s once, 5 s per ratio,
 0.19 s per noise scale (2.5 min for the default 13 × 21 grid); in the ethanol fits of
 ``benchmarks/md_force_field.py`` K_mm keeps r ≈ 300–400 and the whole solve takes seconds.
+
+Memory (:func:`sparse_joint_host_bytes`): the system is built once
+(:func:`sparse_joint_system`), reading K_nm a few rows at a time into B's two blocks, whose
+QR factorisations then overwrite them (LAPACK in place): besides K_nm, one n × r array. The
+search and the solve (:func:`solve_sparse_joint`) need only the system, so a caller that
+holds K_nm can release it before them (the frames model's K_nm is gigabytes).
 """
 
 from __future__ import annotations
@@ -50,11 +56,12 @@ import scipy.linalg
 
 from molntk.errors import InputError
 from molntk.regression import validation
-from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, ResidualsAt, search_noise
+from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, ResidualsAt, climb_ratios, search_noise
 from molntk.regression.nystrom import RANK_RTOL, InducingRoot, factor_inducing, inducing_weights
 
-#: Configurations per batched product of the grouped LOO (bounds its (groups, n_g, r) temporary).
-GROUP_CHUNK = 256
+#: Values (float64) of the temporaries per batched product of the grouped LOO ((groups, n_g, r)
+#: arrays) and per product of K_nm rows with the root (128 MiB).
+CHUNK_VALUES = 2**24
 #: Configurations whose LOO residuals score a noise level: all when there are at most this
 #: many, else a seeded random sample of this many (each still left out exactly); the cost per
 #: ratio and noise scale grows with them, not with the training set.
@@ -77,7 +84,7 @@ class SparseJointFit:
 
 
 @dataclass(frozen=True)
-class _System:
+class SparseJointSystem:
     """The system with rows in configuration order, the scored configurations first (each block
     by ascending size): y, the force-row mask, the sizes of the scored configurations, the root
     of K_mm, the QR factors (Q, R) of the energy and force blocks of B = K_nm R (in row order
@@ -114,7 +121,9 @@ class _System:
         Q = np.empty((self.n_scored, sigma.size))  # the scored rows of Q = diag(Q_E, Q_F) U
         k_e = self.energy[1].shape[0]
         Q[~is_force] = self.energy[0][: int((~is_force).sum())] @ u[:k_e]
-        Q[is_force] = self.force[0][: int(is_force.sum())] @ u[k_e:]
+        force_rows, step = np.flatnonzero(is_force), _rows_per_chunk(sigma.size)
+        for start in range(0, len(force_rows), step):  # without a temporary of all scored force rows
+            Q[force_rows[start : start + step]] = self.force[0][start : start + step] @ u[k_e:]
         root_d = np.sqrt(np.where(is_force, d_f, d_e))
         y = self.y[rows] / root_d
 
@@ -130,8 +139,9 @@ def _grouped_solve(Q: np.ndarray, h: np.ndarray, e: np.ndarray, sizes: np.ndarra
     out, start = np.empty_like(e), 0
     sizes_present, counts = np.unique(sizes, return_counts=True)
     for size, count in zip(sizes_present, counts):
-        for first in range(0, count, GROUP_CHUNK):
-            n = min(GROUP_CHUNK, count - first)
+        per_chunk = _rows_per_chunk(size * Q.shape[1])
+        for first in range(0, count, per_chunk):
+            n = min(per_chunk, count - first)
             rows = slice(start, start + n * size)
             q = Q[rows].reshape(n, size, -1)
             block = np.eye(size) - (q * h) @ q.transpose(0, 2, 1)
@@ -140,10 +150,28 @@ def _grouped_solve(Q: np.ndarray, h: np.ndarray, e: np.ndarray, sizes: np.ndarra
     return out
 
 
-def _system(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray],
-            rank_rtol: float, seed: int) -> _System:
-    """Validate and order the system (module docstring, :data:`LOO_GROUPS`) and factor it once."""
+def _rows_per_chunk(width: int) -> int:
+    """Rows of ``width`` values that fit :data:`CHUNK_VALUES` (at least one)."""
+    return max(1, CHUNK_VALUES // max(width, 1))
+
+
+def _features_qr(K_nm: np.ndarray, rows: np.ndarray, root: InducingRoot) -> tuple[np.ndarray, np.ndarray]:
+    """The thin QR (Q, R) of B = K_nm[rows] R_root: B formed in Fortran order a few rows at a
+    time (no copy of K_nm's rows), then factored by LAPACK in its own memory (Q overwrites B)."""
+    B = np.empty((len(rows), root.rank), order="F")
+    step = _rows_per_chunk(K_nm.shape[1])
+    for start in range(0, len(rows), step):
+        B[start : start + step] = root.features(K_nm[rows[start : start + step]])
+    return scipy.linalg.qr(B, mode="economic", overwrite_a=True, check_finite=False)
+
+
+def sparse_joint_system(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray], *,
+                        rank_rtol: float = RANK_RTOL, seed: int = 0) -> SparseJointSystem:
+    """Validate and order the system (module docstring, :data:`LOO_GROUPS`: ``seed`` draws the
+    scored configurations when there are more) and factor it once; K_nm is only read, and not
+    referenced by the result."""
     root = factor_inducing(K_mm, rank_rtol)
+    is_force = np.asarray(is_force, dtype=bool)
     y = validation.vector(y, "y", length=len(is_force))
     K_nm = validation.matrix(K_nm, "K_nm", rows=len(is_force))
     if K_nm.shape[1] != root.m:
@@ -152,37 +180,71 @@ def _system(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups:
         raise InputError("y", "needs both energy and force rows")
     if not np.array_equal(np.sort(np.concatenate(groups)), np.arange(len(is_force))):
         raise InputError("groups", "must partition the rows")
-    scored = np.zeros(len(groups), dtype=bool)
-    scored[np.random.default_rng(seed).permutation(len(groups))[:LOO_GROUPS]] = True
+    scored = _scored_configurations(len(groups), seed)
     by_size = lambda picked: sorted((g for g, keep in zip(groups, scored) if keep == picked), key=len)  # noqa: E731
     first, rest = by_size(True), by_size(False)
     order = np.concatenate(first + rest)
     y, is_force = y[order], is_force[order]
-    B = root.features(K_nm[order])
-    energy, force = (scipy.linalg.qr(B[kind], mode="economic", check_finite=False) for kind in (~is_force, is_force))
+    energy, force = (_features_qr(K_nm, order[kind], root) for kind in (~is_force, is_force))
     projected = (energy[0].T @ y[~is_force], force[0].T @ y[is_force])
-    scales = [float(np.mean(np.sum(B[kind] ** 2, axis=1))) for kind in (~is_force, is_force)]
-    return _System(y, is_force, np.array([len(g) for g in first]), root, energy, force, projected, *scales)
+    # mean diagonal of B Bᵀ on each kind of rows: ‖B_kind‖²_F / rows = ‖R_kind‖²_F / rows (Q orthonormal)
+    scales = [float(np.sum(r**2)) / int(kind.sum()) for (_, r), kind in ((energy, ~is_force), (force, is_force))]
+    return SparseJointSystem(y, is_force, np.array([len(g) for g in first]), root, energy, force, projected, *scales)
 
 
-def fit_sparse_joint(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray], *,
-                     reg_energy: float | None = None, reg_force: float | None = None, floor: float = 0.0,
-                     rank_rtol: float = RANK_RTOL, ratios: np.ndarray = RATIO_GRID,
-                     scales: np.ndarray = SCALE_GRID, seed: int = 0) -> SparseJointFit:
-    """The inducing weights w of the module docstring for rows K_nm (n, m) against inducing points
-    with kernel K_mm, targets y (n,), the force-row mask and the configurations' row groups
-    (a partition of the rows); λ_E = ``reg_energy``, λ_F = ``reg_force`` (both > 0), or both None:
-    chosen by grouped LOO over the grid (λ's below ``floor`` times their mean diagonal skipped;
-    ``seed`` draws the scored configurations when there are more than :data:`LOO_GROUPS`)."""
-    system = _system(K_nm, K_mm, y, np.asarray(is_force, dtype=bool), groups, rank_rtol, seed)
+def sparse_joint_host_bytes(rows: int, columns: int, energy_rows: int, scored_rows: int) -> int:
+    """An estimate of the host memory of building and solving the system for K_nm of ``rows``
+    × ``columns`` (m; r ≤ m kept) with ``energy_rows`` energy rows and ``scored_rows`` rows in
+    the LOO's scored configurations, in float64 values × 8: the larger of the build (K_nm, the
+    features B and ≈ 5 m² for K_mm's symmetrised copy and eigendecomposition) and the search
+    with K_nm released (the QR factors, K_mm's root, the scored rows of Q, and per ratio the
+    SVD of S_q: S_q, its copy and U of (E + r) × r, Wᵀ and gesdd's ≈ 4 r² workspace)."""
+    build = 2 * rows * columns + 5 * columns**2
+    search = rows * columns + columns**2 + scored_rows * columns + 3 * (energy_rows + columns) * columns + 5 * columns**2
+    return 8 * max(build, search)
+
+
+def _scored_configurations(n_groups: int, seed: int) -> np.ndarray:
+    """Which configurations the LOO scores (a mask): all, or a seeded sample of :data:`LOO_GROUPS`."""
+    scored = np.zeros(n_groups, dtype=bool)
+    scored[np.random.default_rng(seed).permutation(n_groups)[:LOO_GROUPS]] = True
+    return scored
+
+
+def scored_rows(groups: Sequence[np.ndarray], seed: int = 0) -> int:
+    """Rows in the configurations :func:`sparse_joint_system` scores by LOO."""
+    return int(sum(len(g) for g, keep in zip(groups, _scored_configurations(len(groups), seed)) if keep))
+
+
+def solve_sparse_joint(system: SparseJointSystem, *, reg_energy: float | None = None, reg_force: float | None = None,
+                       floor: float = 0.0, ratios: np.ndarray = RATIO_GRID, scales: np.ndarray = SCALE_GRID,
+                       search: str = "grid") -> SparseJointFit:
+    """The inducing weights w of the module docstring for a built system: λ_E = ``reg_energy``,
+    λ_F = ``reg_force`` (both > 0), or both None: chosen by grouped LOO over the grid (λ's below
+    ``floor`` times their mean diagonal skipped), every ratio (``search="grid"``) or the ratios
+    from the middle of the grid to a local minimum (``"local"``:
+    :func:`~molntk.regression.noise_search.climb_ratios`; every ρ of a visited ratio either way)."""
     score = edge = None
     if reg_energy is None or reg_force is None:
         scored = slice(0, system.n_scored)
-        reg_energy, reg_force, score, edge = search_noise(system.residuals_for, system.y[scored], system.is_force[scored],
-                                                          system.scale_e, system.scale_f, floor, ratios, scales)
+        choose = {"grid": search_noise, "local": climb_ratios}[validation.choice(search, "search", ("grid", "local"))]
+        reg_energy, reg_force, score, edge = choose(system.residuals_for, system.y[scored], system.is_force[scored],
+                                                    system.scale_e, system.scale_f, floor, ratios, scales)
     elif reg_energy <= 0 or reg_force <= 0:
         raise InputError("reg_energy" if reg_energy <= 0 else "reg_force", "must be > 0 for the sparse model")
     _, sigma, wt, coeffs = system.svd(reg_energy, reg_force)
     weights = inducing_weights(system.root, wt.T * sigma, sigma, coeffs[:, None], 1.0)[:, 0]
     return SparseJointFit(weights, float(reg_energy), float(reg_force), score, system.root.rank,
                           system.root.n_dropped, edge)
+
+
+def fit_sparse_joint(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray], *,
+                     reg_energy: float | None = None, reg_force: float | None = None, floor: float = 0.0,
+                     rank_rtol: float = RANK_RTOL, ratios: np.ndarray = RATIO_GRID,
+                     scales: np.ndarray = SCALE_GRID, seed: int = 0, search: str = "grid") -> SparseJointFit:
+    """The inducing weights w of the module docstring for rows K_nm (n, m) against inducing points
+    with kernel K_mm, targets y (n,), the force-row mask and the configurations' row groups
+    (a partition of the rows): :func:`solve_sparse_joint` of :func:`sparse_joint_system`."""
+    system = sparse_joint_system(K_nm, K_mm, y, is_force, groups, rank_rtol=rank_rtol, seed=seed)
+    return solve_sparse_joint(system, reg_energy=reg_energy, reg_force=reg_force, floor=floor, ratios=ratios,
+                              scales=scales, search=search)

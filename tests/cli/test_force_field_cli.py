@@ -130,14 +130,17 @@ def test_fit_forces_on_a_file_without_forces_names_it_and_writes_nothing(tmp_pat
 
 def test_fit_forces_on_inducing_frames_writes_that_model_and_needs_forces(frames, tmp_path):
     """``--inducing-frames 3``: the GDML form on 3 of the 5 frames that have forces, as the
-    estimator fits it by hand (no joint-kernel cache: it is not the exact model); without
-    ``--forces`` the option is a usage error."""
+    estimator fits it by hand, its rows against the 3 frames kept in the joint-kernel cache
+    (one block: 5 frames × 3); without ``--forces`` the option is a usage error."""
     out = tmp_path / "models"
     result = CliRunner().invoke(app, ["fit", "--data", str(frames / "train.extxyz"), "--target", "dft_energy", "--forces",
                                       "--inducing-frames", "3", "--out", str(out), "--json"])
     assert result.exit_code == 1, result.output  # the frame without forces, as above
     document = json.loads(result.stdout)["result"]
-    assert document["inducing_frames"] == 3 and not document["sparse"] and not (out / "kernel_cache").exists()
+    assert document["inducing_frames"] == 3 and not document["sparse"]
+    blocks = [np.load(path)["joint"].shape for path in (out / "kernel_cache").glob("*/*.npz")]
+    n_rows = 5 + 3 * sum(m.n_atoms for m in read_labelled(frames / "train.extxyz", "dft_energy", forces=True).molecules)
+    assert len(blocks) == 1 and blocks[0][0] == n_rows and blocks[0][1] < n_rows
     model = load_model(out / "dft_energy.molntk.npz")
     data = read_labelled(frames / "train.extxyz", "dft_energy", forces=True)
     by_hand = SO3ForceFieldRegressor(elements=data.elements, unit="eV", inducing_frames=3)

@@ -244,8 +244,6 @@ def test_bad_inputs_name_the_argument(tiny, sample):
         SO3ForceFieldRegressor(reg_energy="loo", reg_force="cv", **PARAMS).fit(mols, e, f)
     with pytest.raises(InputError, match="noise_search"):
         SO3ForceFieldRegressor(noise_search="eigh", **PARAMS).fit(mols, e, f)
-    with pytest.raises(InputError, match="noise_search"):
-        SO3ForceFieldRegressor(noise_search="local", inducing=10, **PARAMS).fit(mols, e, f)
     with pytest.raises(InputError, match="kernel_cache"):
         SO3ForceFieldRegressor(inducing=10, **PARAMS).fit(mols, e, f, kernel_cache="unused")
     with pytest.raises(InputError, match="SO3ForceFieldRegressor"):

@@ -16,6 +16,7 @@ from molntk.errors import InputError, ModelFileError
 from molntk.features.inducing import inducing_molecules
 from molntk.models import force_field
 from molntk.models.force_field import SO3ForceFieldRegressor
+from molntk.regression.sparse_joint import sparse_joint_host_bytes
 from molntk.molecular.derivative_kernels import derivative_rows
 from tests.helpers.forces import assert_same_energies_and_forces, with_array
 
@@ -99,7 +100,7 @@ def test_with_every_frame_inducing_it_is_the_exact_model(sample):
     coefficients are the exact model's α (to the rank cut and the solvers' rounding: the
     exact model's Cholesky and the sparse SVD differ by cond·ε, cond ≲ 1e6 here), and with
     λ's chosen by grouped leave-one-out both choose the same λ's (the same hat matrix, the
-    same grid and the same mean diagonals)."""
+    same grid and the same mean diagonals); the local search over ratios chooses them too."""
     train = TRAIN[:8]
     exact = _fit(SO3ForceFieldRegressor(**LAMBDAS, **PARAMS), sample, train)
     frames = _fit(SO3ForceFieldRegressor(inducing_frames=8, **LAMBDAS, **PARAMS), sample, train)
@@ -111,6 +112,10 @@ def test_with_every_frame_inducing_it_is_the_exact_model(sample):
     assert frames_cv.reg_energy_ == pytest.approx(exact_cv.reg_energy_, rel=1e-6)
     assert frames_cv.reg_force_ == pytest.approx(exact_cv.reg_force_, rel=1e-6)
     assert frames_cv.cv_score_ == pytest.approx(exact_cv.cv_score_, rel=1e-4)
+    # the ratio climb (noise_search="local") ends at the same grid point here, from the middle ratio
+    local_cv = _fit(SO3ForceFieldRegressor(inducing_frames=8, noise_search="local", **PARAMS), sample, train)
+    assert (local_cv.reg_energy_, local_cv.reg_force_, local_cv.cv_score_) == \
+        (frames_cv.reg_energy_, frames_cv.reg_force_, frames_cv.cv_score_)
 
 
 def test_frames_are_the_farthest_points_of_the_summed_amplitudes(sample):
@@ -162,6 +167,23 @@ def test_a_saved_frames_model_loads_and_predicts_the_same(five_of_twelve, sample
         SO3ForceFieldRegressor.load(moved)
 
 
+def test_a_frames_fit_reads_its_kernel_cache(five_of_twelve, sample, tmp_path, monkeypatch):
+    """With ``kernel_cache`` the frames fit stores K_nm's rows; a second fit of the same frames
+    computes no row and gives the same model (within rounding of the BLAS: the cached rows are the
+    stored float64 values, the first fit's may differ by an ulp from a fit without the cache)."""
+    from molntk.molecular import derivative_kernels
+
+    mols, e, f = sample
+    args = ([mols[i] for i in TRAIN], e[TRAIN], [f[i] for i in TRAIN])
+    first = SO3ForceFieldRegressor(inducing_frames=5, **LAMBDAS, **PARAMS).fit(*args, kernel_cache=tmp_path)
+    assert list(tmp_path.glob("*/*.npz"))
+    np.testing.assert_allclose(first.force_coef_, five_of_twelve.force_coef_, rtol=1e-8,
+                               atol=1e-8 * np.abs(five_of_twelve.force_coef_).max())
+    monkeypatch.setattr(derivative_kernels, "closed_form_rows", lambda *a, **k: pytest.fail("row computed"))
+    again = SO3ForceFieldRegressor(inducing_frames=5, **LAMBDAS, **PARAMS).fit(*args, kernel_cache=tmp_path)
+    assert np.array_equal(again.energy_coef_, first.energy_coef_) and np.array_equal(again.force_coef_, first.force_coef_)
+
+
 def test_bad_frame_settings_name_the_argument(sample, monkeypatch):
     mols, e, f = sample
     args = (mols[:4], e[:4], f[:4])
@@ -172,14 +194,12 @@ def test_bad_frame_settings_name_the_argument(sample, monkeypatch):
         SO3ForceFieldRegressor(inducing_frames=2, inducing=10, **PARAMS).fit(*args)
     with pytest.raises(InputError, match="inducing_selection"):
         SO3ForceFieldRegressor(inducing_frames=2, inducing_selection="kmeans", **PARAMS).fit(*args)
-    with pytest.raises(InputError, match="noise_search"):
-        SO3ForceFieldRegressor(inducing_frames=2, noise_search="local", **PARAMS).fit(*args)
-    with pytest.raises(InputError, match="kernel_cache"):
-        SO3ForceFieldRegressor(inducing_frames=2, **PARAMS).fit(*args, kernel_cache="unused")
-    # memory: 1,000 aspirin frames (64,000 rows) against 250 (16,000 functions) need 23 GiB
-    assert force_field.frames_host_bytes(64_000, 16_000) == 3 * 64_000 * 16_000 * 8
-    with pytest.raises(InputError, match="inducing_frames.*64,000 joint rows.*16,000 inducing functions.*22.9 GiB"):
-        force_field.check_frames_memory(64_000, 16_000, available=16 * 2**30)
+    # memory: 1,000 aspirin frames (64,000 rows; 500 scored by the LOO: 32,000) against 250
+    # (16,000 functions): the search's QR factors alone (64,000 × 16,000) are 7.6 GiB
+    need = sparse_joint_host_bytes(64_000, 16_000, 1_000, 32_000)
+    assert need > 64_000 * 16_000 * 8
+    with pytest.raises(InputError, match=f"inducing_frames.*64,000 joint rows.*16,000 inducing functions.*{need / 2**30:.1f} GiB"):
+        force_field.check_frames_memory(64_000, 16_000, 1_000, 32_000, available=16 * 2**30)
     monkeypatch.setattr(force_field, "available_ram_bytes", lambda: 10**5)
     monkeypatch.setattr(force_field, "joint_kernel", lambda *a, **k: pytest.fail("kernel computed"))
     with pytest.raises(InputError, match="inducing_frames.*112 joint rows against 56"):  # 4 × 28 rows, 2 × 28

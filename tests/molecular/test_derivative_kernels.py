@@ -221,8 +221,40 @@ def test_joint_kernel_resumes_from_its_block_cache(frames, tmp_path, monkeypatch
     computed.clear()
     joint_kernel(k, frames[1:6], cache_dir=tmp_path)
     assert len(computed) == 5
-    with pytest.raises(InputError, match="cache_dir"):
-        joint_kernel(k, mols, mols, cache_dir=tmp_path)
+
+
+def test_joint_kernel_against_others_resumes_from_its_block_cache(frames, tmp_path, monkeypatch):
+    """With ``others`` (the frames model's N × m rows) the cache holds blocks of 2 molecules'
+    rows against all the others: a computation killed in its second block resumes with the
+    last two blocks and equals the uncached matrix to rounding (bound as above); a later call
+    computes no row; the symmetric matrix of the same molecules and the rows against other
+    ``others`` find none of those blocks."""
+    monkeypatch.setattr(derivative_kernels, "CACHED_MOLECULES", 2)
+    k, mols, others = kernel(), frames[:5], frames[5:7]
+    plain = joint_kernel(k, mols, others)
+    computed, kill_at = [], [2]
+    real_rows = derivative_kernels.closed_form_rows
+
+    def counted(kernel_, query, references, **kw):
+        if len(computed) in kill_at:
+            kill_at.clear()
+            raise RuntimeError("killed")
+        computed.append(query)
+        return real_rows(kernel_, query, references, **kw)
+
+    monkeypatch.setattr(derivative_kernels, "closed_form_rows", counted)
+    with pytest.raises(RuntimeError, match="killed"):
+        joint_kernel(k, mols, others, cache_dir=tmp_path)
+    computed.clear()
+    resumed = joint_kernel(k, mols, others, cache_dir=tmp_path)
+    assert len(computed) == 3 and resumed.shape == plain.shape
+    np.testing.assert_allclose(resumed, plain, rtol=0, atol=1e-13 * np.abs(plain).max())
+    computed.clear()
+    np.testing.assert_array_equal(joint_kernel(k, mols, others, cache_dir=tmp_path), resumed)
+    assert computed == []
+    joint_kernel(k, mols, cache_dir=tmp_path)
+    joint_kernel(k, mols, frames[6:8], cache_dir=tmp_path)
+    assert len(computed) == 10
 
 
 def test_bad_inputs_name_the_argument(frames):

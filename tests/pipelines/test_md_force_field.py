@@ -109,9 +109,10 @@ def test_a_tiny_run_writes_its_files_and_force_training_beats_energy_training_on
                 assert c["ci95_low"] <= c["mae_difference"] <= c["ci95_high"]
                 assert c["resolved"] == (c["ci95_low"] > 0)
     # The joint kernels' rows are in the output's kernel cache: one block of 4 frames, which
-    # both exact fits at 4 share (so3_forces has no inducing points here), and one of 8.
+    # both exact fits at 4 share (so3_forces has no inducing points here), and one of 8; and
+    # the frames model's rows of 4 and of 8 frames against its 3 inducing frames.
     blocks = [np.load(path)["joint"].shape for path in (out / "kernel_cache").glob("*/*.npz")]
-    assert sorted(blocks) == [(4 * 28, 4 * 28), (8 * 28, 8 * 28)]
+    assert sorted(blocks) == [(4 * 28, 3 * 28), (4 * 28, 4 * 28), (8 * 28, 3 * 28), (8 * 28, 8 * 28)]
 
 
 def test_a_failing_fit_is_reported_the_others_go_on_and_a_rerun_fits_only_what_is_missing(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """The two-noise-level search (molntk.regression.noise_search) on residual functions whose
 criterion is known in closed form: it finds the grid's minimum and says when that lies on an
-end of the grid or at the floor; the local search (``climb_noise``) on lattice bowls; the
-Cholesky route to grouped LOO residuals against refits without each group."""
+end of the grid or at the floor; the local searches (``climb_noise``, ``climb_ratios``) on
+bowls; the Cholesky route to grouped LOO residuals against refits without each group."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from molntk.errors import InputError
-from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, cholesky_grouped_residuals, climb_noise, loo_criterion,
-                                            on_grid_edge, search_noise)
+from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, cholesky_grouped_residuals, climb_noise, climb_ratios,
+                                            loo_criterion, on_grid_edge, search_noise)
 
 IS_FORCE = np.array([False, True, True, True])
 Y = np.ones(4)
@@ -78,6 +78,44 @@ def test_the_climb_goes_up_in_rho_out_of_the_not_positive_definite_region():
     assert climb_noise(lattice_bowl((3, 6), not_positive_below=5), (1, 6)) == (6, 6)
     with pytest.raises(InputError, match="psd_rtol"):
         climb_noise(lambda i, j: np.inf, (0, 0))
+
+
+def counted(residuals_for):
+    """``residuals_for`` that records each ratio it factorises."""
+    calls: list[float] = []
+
+    def wrapped(q: float):
+        calls.append(q)
+        return residuals_for(q)
+    return wrapped, calls
+
+
+@pytest.mark.parametrize("best_q, start", [(10.0, None), (1e-5, None), (1e8, 2), (1e3, 14)])
+def test_the_ratio_climb_finds_the_grids_choice_of_a_bowl_with_fewer_factorisations(best_q, start):
+    """The criterion's best over ρ is unimodal in log q: the climb ends at the grid search's
+    choice (the same λ's, criterion and edge flag), each visited ratio factorised once, and
+    fewer ratios than the grid's 15 (from the middle: |steps| + 3 at most)."""
+    grid = search_noise(bowl(1e-4, best_q), Y, IS_FORCE, 2.0, 3.0)
+    residuals_for, calls = counted(bowl(1e-4, best_q))
+    climb = climb_ratios(residuals_for, Y, IS_FORCE, 2.0, 3.0, start=start)
+    assert climb == grid
+    assert len(calls) == len(set(calls)) < len(RATIO_GRID)
+    here = len(RATIO_GRID) // 2 if start is None else start
+    target = int(np.argmin(np.abs(np.log10(RATIO_GRID / best_q))))
+    assert len(calls) <= abs(target - here) + 3
+
+
+def test_the_ratio_climb_stops_at_the_local_minimum_nearer_its_start():
+    """Two wells in log q (q = 1e-4 deeper, q = 1e4 shallower): from the middle the climb goes
+    to the one it reaches first downhill, which the full grid search passes over; and no
+    positive definite point is an InputError naming ``psd_rtol``."""
+    def two_wells(q: float):
+        depth = min(np.log10(q / 1e-4) ** 2, np.log10(q / 1e4) ** 2 + 0.5)
+        return lambda rho: np.full(4, np.sqrt((np.log10(rho / 1e-4) ** 2 + depth + 1.0) / 2))
+    assert search_noise(two_wells, Y, IS_FORCE, 1.0, 1.0).reg_force == pytest.approx(1e-8)
+    assert climb_ratios(two_wells, Y, IS_FORCE, 1.0, 1.0, start=9).reg_force == pytest.approx(1.0)
+    with pytest.raises(InputError, match="psd_rtol"):
+        climb_ratios(lambda q: (lambda rho: None), Y, IS_FORCE, 1.0, 1.0)
 
 
 def test_cholesky_grouped_residuals_are_the_brute_force_leave_one_group_out():

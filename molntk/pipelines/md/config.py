@@ -146,5 +146,5 @@ class MDForceFieldConfig(TaskConfig):
     models: MDModelsConfig = MDModelsConfig()
     compute: MDComputeConfig = MDComputeConfig()
     output: UserPath | None = None
-    cache: bool = Field(default=True, description="keep each fit's record in <output>/fit_cache and the exact force "
+    cache: bool = Field(default=True, description="keep each fit's record in <output>/fit_cache and the exact (or frames) force "
                         "field's kernel rows in <output>/kernel_cache: a killed run resumes")

@@ -12,10 +12,11 @@ to a few hundred frames of a small molecule on a CPU), with ``inducing`` = m the
 model on m inducing environments for thousands of frames, with ``inducing_frames`` = m the
 exact model's form on m of the frames, fitted to all of them (both sparse models search
 their whole noise grid). The exact model's memory is checked before any kernel is
-computed (:func:`~molntk.models.force_field.check_exact_memory`), and its joint kernel is
-stored row block by row block in ``out/kernel_cache/`` as it is computed, so the same
-command after a kill (or a refit of the same frames) resumes from it; deleting the folder
-frees its space, about (N(1 + 3n))²/2 float64 values.
+computed (:func:`~molntk.models.force_field.check_exact_memory`), and its joint kernel (with
+``inducing_frames``, the frames' rows against the inducing ones) is stored row block by row
+block in ``out/kernel_cache/`` as it is computed, so the same command after a kill (or a refit
+of the same frames) resumes from it; deleting the folder frees its space, about
+(N(1 + 3n))²/2 float64 values (N(1 + 3n) × m(1 + 3n) with inducing frames).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def fit_force_field_file(path: str | Path, target: str, out: str | Path, *, indu
                                    baseline=baseline, unit=FORCE_FIELD_UNIT, device=str(resolve_device(device)),
                                    noise_search="local" if exact else "grid")
     model.fit(data.molecules, data.targets[target], data.forces, target=target, provenance=data.provenance(read),
-              kernel_cache=folder / KERNEL_FOLDER if exact else None)
+              kernel_cache=folder / KERNEL_FOLDER if inducing is None else None)
     with result_set(folder) as stage:
         model.save(stage / f"{target}{MODEL_SUFFIX}")
     return {

@@ -100,14 +100,14 @@ def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray
              test: np.ndarray, unit: str, kernel_cache: Path | None = None) -> dict[str, Any]:
     """Fit ``estimator`` on the frames ``train`` (energies and forces; the energy-only
     model ignores the forces), predict energies and forces of ``test``: one record.
-    ``kernel_cache``: where an exact SO(3) force field stores its joint kernel's rows (a
-    killed fit resumes; :meth:`SO3ForceFieldRegressor.fit`)."""
+    ``kernel_cache``: where an exact SO(3) force field, or one on inducing frames, stores its
+    joint kernel's rows (a killed fit resumes; :meth:`SO3ForceFieldRegressor.fit`)."""
     pick = lambda rows: [data.molecules[i] for i in rows]  # noqa: E731
     forces = [data.forces[i] for i in train]
     tic = time.perf_counter()
     if isinstance(estimator, SO3NTKRegressor):
         estimator.fit(pick(train), energies[train])
-    elif isinstance(estimator, SO3ForceFieldRegressor) and estimator.inducing is None and estimator.inducing_frames is None:
+    elif isinstance(estimator, SO3ForceFieldRegressor) and estimator.inducing is None:
         estimator.fit(pick(train), energies[train], forces, kernel_cache=kernel_cache)
     else:
         estimator.fit(pick(train), energies[train], forces)
@@ -172,8 +172,8 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     total)`` after each fit. A model is fitted at the sizes up to its ``max_n_train``; the
     others are listed in ``skipped_fits``. Each fit's record is stored as it finishes
     (:mod:`~molntk.pipelines.md.fits`, ``cache: true``): a rerun resumes, and an exact SO(3)
-    force field stores its joint kernel's rows as they are computed (``kernel_cache/``), so a
-    fit killed halfway resumes too. A fit that raises is reported in ``failed_fits`` ({model,
+    force field or one on inducing frames stores its joint kernel's rows as they are computed
+    (``kernel_cache/``), so a fit killed halfway resumes too. A fit that raises is reported in ``failed_fits`` ({model,
     n_train, error}) and the others go on; MolntkError when every fit failed."""
     start = time.perf_counter()
     out = output_dir(config.name, config.output)  # checked before any work

@@ -17,7 +17,6 @@ local energy of 0). It is 0 for an equivariant prediction and of order 1 for an 
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 

@@ -644,37 +644,47 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         model.reg_at_grid_edge_ = meta["reg_at_grid_edge"]
         model.kernel_ = model.recipe().molecular_kernel(model.device)
         if model.sparse_:
-            feats = model.kernel_.describe(model.train_molecules_)  # deterministic: the rows index them as at fit
-            rows = np.asarray(arrays["inducing_rows"], dtype=np.int64)
-            if rows.ndim != 1 or rows.size == 0 or rows.min() < 0 or rows.max() >= feats.n_env:
-                raise ModelFileError(str(path), f"inducing_rows do not index the {feats.n_env} training environments")
-            weights = np.asarray(arrays["inducing_weights"], dtype=np.float64)
-            if weights.shape != rows.shape:
-                raise ModelFileError(str(path), f"{rows.size} inducing rows for {weights.size} inducing weights")
-            model.inducing_rows_, model.inducing_weights_ = rows, weights
-            model.inducing_ = environments_as_molecules(feats, torch.as_tensor(rows))
-            model.rank_, model.n_inducing_ = int(arrays["rank"]), rows.size
+            model._read_inducing_environments(path, arrays)
         else:
-            model.inducing_frame_rows_ = None
-            if model.inducing_frames is not None:
-                frames = np.asarray(arrays["inducing_frame_rows"], dtype=np.int64)
-                n_train = len(model.train_molecules_)
-                if frames.ndim != 1 or frames.size == 0 or frames.min() < 0 or frames.max() >= n_train:
-                    raise ModelFileError(str(path), f"inducing_frame_rows do not index the {n_train} training molecules")
-                model.inducing_frame_rows_, model.rank_ = frames, int(arrays["rank"])
-            expansion = model._expansion_molecules()
-            model.energy_coef_ = np.asarray(arrays["energy_coef"], dtype=np.float64)
-            model.force_coef_ = np.asarray(arrays["force_coef"], dtype=np.float64)
-            n_forces = 3 * sum(m.n_atoms for m in expansion)
-            if model.energy_coef_.shape != (len(expansion),) or model.force_coef_.shape != (n_forces,):
-                raise ModelFileError(str(path), f"damaged model file (coefficients of shapes {model.energy_coef_.shape}, "
-                                     f"{model.force_coef_.shape} for {len(expansion)} molecules with "
-                                     f"{n_forces} force components)")
-            if model.inducing_frames is not None:
-                model.n_inducing_ = len(expansion) + n_forces
+            model._read_expansion(path, arrays)
         model.n_features_in_ = 1
         return model
 
+
+    def _read_inducing_environments(self, path: Path, arrays: dict[str, np.ndarray]) -> None:
+        """The sparse model's inducing environments and weights from a model file's arrays (the
+        environments recomputed from the training molecules, which the stored rows index)."""
+        feats = self.kernel_.describe(self.train_molecules_)  # deterministic: the rows index them as at fit
+        rows = np.asarray(arrays["inducing_rows"], dtype=np.int64)
+        if rows.ndim != 1 or rows.size == 0 or rows.min() < 0 or rows.max() >= feats.n_env:
+            raise ModelFileError(str(path), f"inducing_rows do not index the {feats.n_env} training environments")
+        weights = np.asarray(arrays["inducing_weights"], dtype=np.float64)
+        if weights.shape != rows.shape:
+            raise ModelFileError(str(path), f"{rows.size} inducing rows for {weights.size} inducing weights")
+        self.inducing_rows_, self.inducing_weights_ = rows, weights
+        self.inducing_ = environments_as_molecules(feats, torch.as_tensor(rows))
+        self.rank_, self.n_inducing_ = int(arrays["rank"]), rows.size
+
+    def _read_expansion(self, path: Path, arrays: dict[str, np.ndarray]) -> None:
+        """The exact form's coefficients a, b from a model file's arrays, on the training
+        configurations or (``inducing_frames``) on the inducing ones that the stored rows index."""
+        self.inducing_frame_rows_ = None
+        if self.inducing_frames is not None:
+            frames = np.asarray(arrays["inducing_frame_rows"], dtype=np.int64)
+            n_train = len(self.train_molecules_)
+            if frames.ndim != 1 or frames.size == 0 or frames.min() < 0 or frames.max() >= n_train:
+                raise ModelFileError(str(path), f"inducing_frame_rows do not index the {n_train} training molecules")
+            self.inducing_frame_rows_, self.rank_ = frames, int(arrays["rank"])
+        expansion = self._expansion_molecules()
+        self.energy_coef_ = np.asarray(arrays["energy_coef"], dtype=np.float64)
+        self.force_coef_ = np.asarray(arrays["force_coef"], dtype=np.float64)
+        n_forces = 3 * sum(m.n_atoms for m in expansion)
+        if self.energy_coef_.shape != (len(expansion),) or self.force_coef_.shape != (n_forces,):
+            raise ModelFileError(str(path), f"damaged model file (coefficients of shapes {self.energy_coef_.shape}, "
+                                 f"{self.force_coef_.shape} for {len(expansion)} molecules with "
+                                 f"{n_forces} force components)")
+        if self.inducing_frames is not None:
+            self.n_inducing_ = len(expansion) + n_forces
 
 def solve_joint(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, lam_e: float, lam_f: float) -> np.ndarray:
     """α = (K + diag(λ_E on energy rows, λ_F on force rows))⁻¹ y (the blocked Cholesky of

@@ -130,7 +130,7 @@ def test_fit_forces_on_a_file_without_forces_names_it_and_writes_nothing(tmp_pat
 
 def test_fit_forces_on_inducing_frames_writes_that_model_and_needs_forces(frames, tmp_path):
     """``--inducing-frames 3``: the GDML form on 3 of the 5 frames that have forces, as the
-    estimator fits it by hand, its rows against the 3 frames kept in the joint-kernel cache
+    estimator fits it by hand (the noise ratio searched locally), its rows against the 3 frames kept in the joint-kernel cache
     (one block: 5 frames × 3); without ``--forces`` the option is a usage error."""
     out = tmp_path / "models"
     result = CliRunner().invoke(app, ["fit", "--data", str(frames / "train.extxyz"), "--target", "dft_energy", "--forces",
@@ -143,7 +143,7 @@ def test_fit_forces_on_inducing_frames_writes_that_model_and_needs_forces(frames
     assert len(blocks) == 1 and blocks[0][0] == n_rows and blocks[0][1] < n_rows
     model = load_model(out / "dft_energy.molntk.npz")
     data = read_labelled(frames / "train.extxyz", "dft_energy", forces=True)
-    by_hand = SO3ForceFieldRegressor(elements=data.elements, unit="eV", inducing_frames=3)
+    by_hand = SO3ForceFieldRegressor(elements=data.elements, unit="eV", inducing_frames=3, noise_search="local")
     by_hand.fit(data.molecules, data.targets["dft_energy"], data.forces)
     assert np.array_equal(model.inducing_frame_rows_, by_hand.inducing_frame_rows_)
     test = read_labelled(frames / "test.extxyz", "energy", forces=True).molecules

@@ -10,8 +10,9 @@ joint kernel of every frame's energy and forces, its noise levels by
 ``noise_search="local"``: the whole grid on the leading frames, then a local search; for up
 to a few hundred frames of a small molecule on a CPU), with ``inducing`` = m the sparse
 model on m inducing environments for thousands of frames, with ``inducing_frames`` = m the
-exact model's form on m of the frames, fitted to all of them (both sparse models search
-their whole noise grid). The exact model's memory is checked before any kernel is
+exact model's form on m of the frames, fitted to all of them (the environment-sparse model
+searches its whole noise grid, the frames model its noise ratio locally: one SVD of its m +
+3Σn_j functions per visited ratio, docs/force-fields.md). The exact model's memory is checked before any kernel is
 computed (:func:`~molntk.models.force_field.check_exact_memory`), and its joint kernel (with
 ``inducing_frames``, the frames' rows against the inducing ones) is stored row block by row
 block in ``out/kernel_cache/`` as it is computed, so the same command after a kill (or a refit
@@ -47,10 +48,9 @@ def fit_force_field_file(path: str | Path, target: str, out: str | Path, *, indu
     data = read_labelled(path, target, forces=True, **read)
     if not data.molecules:
         raise InputError(str(path), f"no frame with a value of {target!r} and forces could be read ({len(data.failures)} failed)")
-    exact = inducing is None and inducing_frames is None
     model = SO3ForceFieldRegressor(elements=data.elements, inducing=inducing, inducing_frames=inducing_frames,
                                    baseline=baseline, unit=FORCE_FIELD_UNIT, device=str(resolve_device(device)),
-                                   noise_search="local" if exact else "grid")
+                                   noise_search="grid" if inducing is not None else "local")
     model.fit(data.molecules, data.targets[target], data.forces, target=target, provenance=data.provenance(read),
               kernel_cache=folder / KERNEL_FOLDER if inducing is None else None)
     with result_set(folder) as stage:

@@ -187,16 +187,19 @@ def test_joint_kernel_assembles_the_rows(frames):
     np.testing.assert_allclose(grad.reshape(-1), rows.d_query @ a + rows.mixed @ b, rtol=0, atol=1e-12 * np.abs(grad).max())
 
 
-def test_joint_kernel_resumes_from_its_block_cache(frames, tmp_path, monkeypatch):
-    """With ``cache_dir`` the symmetric joint matrix of 5 molecules (blocks of 2: rows of
-    molecules {0, 1}, {2, 3}, {4} against those after them) equals the uncached one to rounding
-    (the same computation; BLAS may round differently from call to call: bound 1e-13 of the
-    largest entry); a computation killed in its second block resumes with the last two blocks;
-    a later call reads every block (exactly the stored float64 values) and computes no row;
-    other molecules find none of those blocks."""
+@pytest.mark.parametrize("against", [None, (5, 7)], ids=["symmetric", "against-others"])
+def test_joint_kernel_resumes_from_its_block_cache(frames, tmp_path, monkeypatch, against):
+    """With ``cache_dir`` the joint matrix of 5 molecules, symmetric (blocks of 2: rows of
+    molecules {0, 1}, {2, 3}, {4} against those after them) or against 2 others (the frames
+    model's N × m rows: each block's rows against all of them), equals the uncached one to
+    rounding (the same computation; BLAS may round differently from call to call: bound 1e-13
+    of the largest entry); a computation killed in its second block resumes with the last two
+    blocks; a later call reads every block (exactly the stored float64 values) and computes no
+    row; other molecules (or other others, or the symmetric matrix) find none of those blocks."""
     monkeypatch.setattr(derivative_kernels, "CACHED_MOLECULES", 2)
     k, mols = kernel(), frames[:5]
-    plain = joint_kernel(k, mols)
+    others = None if against is None else frames[slice(*against)]
+    plain = joint_kernel(k, mols, others)
     computed, kill_at = [], [2]  # the first row of the second block
     real_rows = derivative_kernels.closed_form_rows
 
@@ -209,52 +212,22 @@ def test_joint_kernel_resumes_from_its_block_cache(frames, tmp_path, monkeypatch
 
     monkeypatch.setattr(derivative_kernels, "closed_form_rows", counted)
     with pytest.raises(RuntimeError, match="killed"):
-        joint_kernel(k, mols, cache_dir=tmp_path)
+        joint_kernel(k, mols, others, cache_dir=tmp_path)
     assert len(list(tmp_path.glob("*/*.npz"))) == 1
     computed.clear()
-    resumed = joint_kernel(k, mols, cache_dir=tmp_path)
-    assert len(computed) == 3  # molecules 2, 3, 4
-    np.testing.assert_allclose(resumed, plain, rtol=0, atol=1e-13 * np.abs(plain).max())
-    monkeypatch.setattr(derivative_kernels, "closed_form_rows", lambda *a, **kw: pytest.fail("row computed"))
-    np.testing.assert_array_equal(joint_kernel(k, mols, cache_dir=tmp_path), resumed)
-    monkeypatch.setattr(derivative_kernels, "closed_form_rows", counted)
-    computed.clear()
-    joint_kernel(k, frames[1:6], cache_dir=tmp_path)
-    assert len(computed) == 5
-
-
-def test_joint_kernel_against_others_resumes_from_its_block_cache(frames, tmp_path, monkeypatch):
-    """With ``others`` (the frames model's N × m rows) the cache holds blocks of 2 molecules'
-    rows against all the others: a computation killed in its second block resumes with the
-    last two blocks and equals the uncached matrix to rounding (bound as above); a later call
-    computes no row; the symmetric matrix of the same molecules and the rows against other
-    ``others`` find none of those blocks."""
-    monkeypatch.setattr(derivative_kernels, "CACHED_MOLECULES", 2)
-    k, mols, others = kernel(), frames[:5], frames[5:7]
-    plain = joint_kernel(k, mols, others)
-    computed, kill_at = [], [2]
-    real_rows = derivative_kernels.closed_form_rows
-
-    def counted(kernel_, query, references, **kw):
-        if len(computed) in kill_at:
-            kill_at.clear()
-            raise RuntimeError("killed")
-        computed.append(query)
-        return real_rows(kernel_, query, references, **kw)
-
-    monkeypatch.setattr(derivative_kernels, "closed_form_rows", counted)
-    with pytest.raises(RuntimeError, match="killed"):
-        joint_kernel(k, mols, others, cache_dir=tmp_path)
-    computed.clear()
     resumed = joint_kernel(k, mols, others, cache_dir=tmp_path)
-    assert len(computed) == 3 and resumed.shape == plain.shape
+    assert len(computed) == 3 and resumed.shape == plain.shape  # molecules 2, 3, 4
     np.testing.assert_allclose(resumed, plain, rtol=0, atol=1e-13 * np.abs(plain).max())
     computed.clear()
     np.testing.assert_array_equal(joint_kernel(k, mols, others, cache_dir=tmp_path), resumed)
     assert computed == []
-    joint_kernel(k, mols, cache_dir=tmp_path)
-    joint_kernel(k, mols, frames[6:8], cache_dir=tmp_path)
-    assert len(computed) == 10
+    if others is None:
+        joint_kernel(k, frames[1:6], cache_dir=tmp_path)
+        assert len(computed) == 5
+    else:
+        joint_kernel(k, mols, cache_dir=tmp_path)
+        joint_kernel(k, mols, frames[6:8], cache_dir=tmp_path)
+        assert len(computed) == 10
 
 
 def test_bad_inputs_name_the_argument(frames):

@@ -123,7 +123,8 @@ class SparseJointSystem:
         Q[~is_force] = self.energy[0][: int((~is_force).sum())] @ u[:k_e]
         force_rows, step = np.flatnonzero(is_force), _rows_per_chunk(sigma.size)
         for start in range(0, len(force_rows), step):  # without a temporary of all scored force rows
-            Q[force_rows[start : start + step]] = self.force[0][start : start + step] @ u[k_e:]
+            stop = min(start + step, len(force_rows))  # Q_F's rows beyond the scored ones are not scored
+            Q[force_rows[start:stop]] = self.force[0][start:stop] @ u[k_e:]
         root_d = np.sqrt(np.where(is_force, d_f, d_e))
         y = self.y[rows] / root_d
 

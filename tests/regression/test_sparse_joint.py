@@ -43,9 +43,11 @@ def test_the_system_is_built_without_copies_of_k_nm(monkeypatch):
 
 
 def test_the_weights_do_not_depend_on_the_chunk_size(monkeypatch):
-    """Reading K_nm 7 rows at a time (and the LOO's configurations one by one) or whole gives
+    """Reading K_nm 7 rows at a time (and the LOO's configurations one by one, 20 of the 60
+    scored: Q's scored force rows formed in chunks that end inside its force rows) or whole gives
     the same λ's and fitted values to rounding (the mean diagonals come out of differently blocked
     products: an ulp apart)."""
+    monkeypatch.setattr(sparse_joint, "LOO_GROUPS", 20)
     problem, grid = _problem(n_configs=60), dict(ratios=RATIO_GRID[5:9], scales=SCALE_GRID[8:20])
     whole = fit_sparse_joint(*problem, **grid)
     monkeypatch.setattr(sparse_joint, "CHUNK_VALUES", 7 * 200)

@@ -19,7 +19,8 @@ iterations) with its default preconditioner (``falkon``: s = 2m sampled rows), F
 T Tᵀ with c = n/m (``falkon-subsample``) and, when asked for, with the Frobenius c
 (``falkon-frobenius``; it converges like ``falkon-subsample`` at small λ), and the sparse
 regressor with the Cholesky factor of the jittered K_mm instead of its eigendecomposition
-(``sparse-cholesky``).
+(``sparse-cholesky``), and the sampled rows fixed at s = 2m (``falkon-2m``; with ``--search``
+the default samples every row).
 Reported per row: fit seconds, the extra peak RSS over the inputs held in memory
 (``ru_maxrss`` minus the RSS after loading them), PCG iterations, test RMSE, and the largest
 difference of the predictions from the sparse regressor's, relative to the spread of its
@@ -29,6 +30,13 @@ predictions: max|p − p_S| / max|p_S − mean(y)|.
     python benchmarks/falkon_solver.py --n 5000 --m 2000 --solvers sparse falkon-frobenius
     python benchmarks/falkon_solver.py --n 20000 --m 20000 --solvers falkon   # m = 20,000: Falkon only
     python benchmarks/falkon_solver.py --n 5000 --m 2000 5000 --solvers sparse sparse-cholesky
+    python benchmarks/falkon_solver.py --search --n 20000 --m 2000 5000 --solvers falkon falkon-2m
+
+``--search``: λ by hold-out over the default relative grid (``reg="cv"``: 20 % of the
+training molecules held out, 21 λ from 1 down to 1e-10 × mean diag K̃, warm starts) instead
+of one given λ; the row's ``reg_relative`` is "cv", ``iterations`` counts every PCG iteration
+of the search and the final solve (``cv_iterations`` per λ, ascending), and the predictions
+are compared with the first solver's (``max_rel_diff_vs_first``).
 
 Writes benchmarks/results/falkon_solver.json; rows of an existing file with another
 (n, m, solver, λ) are kept, so runs add up.
@@ -54,8 +62,9 @@ import torch
 from molntk.regression import FalkonRegressor, SparseKernelRegressor
 
 RESULTS = Path(__file__).resolve().parent / "results" / "falkon_solver.json"
-SOLVERS = ("sparse", "falkon", "falkon-subsample", "falkon-frobenius", "sparse-cholesky")
-PRECONDITIONERS = {"falkon": "sampled-rows", "falkon-subsample": "subsample", "falkon-frobenius": "frobenius"}
+SOLVERS = ("sparse", "falkon", "falkon-subsample", "falkon-frobenius", "sparse-cholesky", "falkon-2m")
+PRECONDITIONERS = {"falkon": "sampled-rows", "falkon-subsample": "subsample", "falkon-frobenius": "frobenius",
+                   "falkon-2m": "sampled-rows"}
 ELEMENTS = np.array([1, 6, 7, 8, 9])
 FREQUENCIES = np.array([0.51, 0.35, 0.055, 0.08, 0.005])
 #: Environments per chunk when the kernels are summed over atoms (a 4,000 × m block).
@@ -135,17 +144,21 @@ def run_row(spec: dict) -> dict:
     if solver.startswith("sparse"):
         model = SparseKernelRegressor(reg=spec["reg"], factorisation="cholesky" if solver == "sparse-cholesky" else "eigh")
     else:
-        model = FalkonRegressor(reg=spec["reg"], preconditioner=PRECONDITIONERS[solver], max_iter=spec["max_iter"])
+        rows = 2 * K_mm.shape[0] if solver == "falkon-2m" else None
+        model = FalkonRegressor(reg=spec["reg"], preconditioner=PRECONDITIONERS[solver], preconditioner_rows=rows,
+                                max_iter=spec["max_iter"])
     start = time.perf_counter()
     model.fit(K_nm, K_mm, Y)
     seconds = time.perf_counter() - start
     predicted = model.predict(K_tm)
     np.save(folder / f"predicted-{solver}.npy", predicted)
+    searched = getattr(model, "cv_iterations_", None)
     return {
         "solver": solver,
         "fit_seconds": seconds,
         "extra_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - baseline,
-        "iterations": getattr(model, "iterations_", None),
+        "iterations": getattr(model, "iterations_", None) if searched is None else int(searched.sum()) + model.iterations_,
+        **({} if searched is None else {"cv_iterations": searched.tolist(), "reg_relative_chosen": model.reg_relative_}),
         "converged": getattr(model, "converged_", None),
         "jitter": getattr(model, "jitter_", None),
         "preconditioner_scale": getattr(model, "preconditioner_scale_", None),
@@ -162,6 +175,7 @@ def main() -> None:
     parser.add_argument("--reg-relative", type=float, default=1e-6, help="λ / mean diag of the molecular kernel")
     parser.add_argument("--solvers", nargs="+", choices=SOLVERS, default=list(SOLVERS[:3]))
     parser.add_argument("--max-iter", type=int, default=500, help="Falkon's max_iter")
+    parser.add_argument("--search", action="store_true", help="λ by hold-out over the default grid (reg='cv')")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--row", help=argparse.SUPPRESS)
@@ -178,10 +192,10 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as folder:
                 start = time.perf_counter()
                 info = write_problem(Path(folder), n, m, args.n_test, args.seed)
-                reg = args.reg_relative * info["mean_diag_K"]
+                reg = "cv" if args.search else args.reg_relative * info["mean_diag_K"]
                 print(
                     f"# n {n}, m {m}: {info['environments']} environments, test target std {info['test_target_std']:.3f}, "
-                    f"λ = {reg:.3g}, data {time.perf_counter() - start:.0f} s",
+                    f"λ = {reg if args.search else format(reg, '.3g')}, data {time.perf_counter() - start:.0f} s",
                     flush=True,
                 )
                 reference = None
@@ -193,16 +207,18 @@ def main() -> None:
                     if child.returncode != 0:
                         print(f"{n} {m} {solver}: failed\n{child.stderr}", file=sys.stderr)
                         continue
-                    row = {"n": n, "m": m, "reg_relative": args.reg_relative, "reg": reg, "n_test": args.n_test, **info}
+                    row = {"n": n, "m": m, "reg_relative": "cv" if args.search else args.reg_relative, "reg": reg,
+                           "n_test": args.n_test, **info}
                     row.update(json.loads(child.stdout.strip().splitlines()[-1]))
                     predicted = np.load(Path(folder) / f"predicted-{solver}.npy")
-                    if solver == "sparse":
+                    if solver == "sparse" or (args.search and reference is None):
                         reference = predicted
                     spread = None if reference is None else np.max(np.abs(reference - np.load(Path(folder) / "Y.npy").mean()))
-                    row["max_rel_diff_vs_sparse"] = None if reference is None else float(np.max(np.abs(predicted - reference)) / spread)
+                    diff = None if reference is None else float(np.max(np.abs(predicted - reference)) / spread)
+                    row["max_rel_diff_vs_first" if args.search else "max_rel_diff_vs_sparse"] = diff
                     rows.append(row)
                     iterations = "" if row["iterations"] is None else f"{row['iterations']}{'' if row['converged'] else '*'}"
-                    diff = "" if row["max_rel_diff_vs_sparse"] is None else f"{row['max_rel_diff_vs_sparse']:.1e}"
+                    diff = "" if diff is None else f"{diff:.1e}"
                     print(
                         f"{n:>6} {m:>5} {solver:<17} {row['fit_seconds']:>7.1f} {row['extra_peak_rss_mb']:>8.0f} "
                         f"{iterations:>5} {row['test_rmse']:>9.3f} {diff:>12}",

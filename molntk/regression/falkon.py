@@ -39,11 +39,17 @@ the norm of K_mn K_nm + λ K_j).
 The estimate c C₀ (``preconditioner``):
 
 - ``"sampled-rows"`` (default): C₀ = G_sᵀ G_s for s training rows drawn by ``seed``
-  (``preconditioner_rows``, default min(n, 2m)), c = n / s: an unbiased estimate of GᵀG,
-  exact when s = n. Falkon's own preconditioner is this with the inducing points as the
-  sampled rows (then G_s = K_mm T⁻¹ = Tᵀ and c C₀ = (n/m) T Tᵀ); here the rows are
-  molecules and the inducing points atom environments, so the rows are sampled separately.
-  Costs 3 s m² flops once (6 m³ at s = 2m; with s ≤ m the estimate is nearly singular).
+  (``preconditioner_rows``), c = n / s: an unbiased estimate of GᵀG, exact when s = n.
+  Falkon's own preconditioner is this with the inducing points as the sampled rows (then
+  G_s = K_mm T⁻¹ = Tᵀ and c C₀ = (n/m) T Tᵀ); here the rows are molecules and the inducing
+  points atom environments, so the rows are sampled separately. Costs 3 s m² flops once
+  (6 m³ at s = 2m; with s ≤ m the estimate is nearly singular). With s = n, M = I up to
+  rounding and PCG stops after one or two iterations at any λ: the 3 n m² flops cost as much
+  as 3m/4 passes over K_nm. Default s: all n rows when λ is searched (``reg="cv"``), whose
+  grid takes more passes than that whenever small λ are on it (QM9's sum of two SO(3) NTKs,
+  n = 10,000, m = 2,000: s = 2m needed 7–268 iterations per λ, 2,600 in all, 71 s; s = n
+  one per λ and the same hold-out curve, 4.7 s); min(n, 2m) for one given λ, which takes
+  tens of iterations (``benchmarks/falkon_solver.py``).
 - ``"subsample"``: Falkon's C₀ = T Tᵀ with c = n / m, as if K_mn K_nm ≈ (n/m) K_mm² (the
   inducing points a uniform subsample of the rows).
 - ``"frobenius"``: C₀ = T Tᵀ with c = ‖K_nm‖_F² / ‖K_mm‖_F², which matches the traces
@@ -66,7 +72,8 @@ smallest, each warm-started from the previous weights (β₀ = A T W_prev), scor
 squared (``cv_loss="squared"``) or absolute (``"absolute"``) error of the held-out Z per
 target (:class:`~molntk.regression.selection.CVResult`, criterion ``"holdout"``), averaged
 over targets; then a solve on all training rows at the best λ, warm-started from its
-weights. mean(diag K̃) = mean_i ‖T⁻ᵀ K_nm[i]ᵀ‖² is taken over
+weights. A λ at which c C₀ + λI does not factor (λ at the rounding error of C₀) ends the
+descent with a warning; the smaller λ are not scored. mean(diag K̃) = mean_i ‖T⁻ᵀ K_nm[i]ᵀ‖² is taken over
 a seeded sample of :data:`DIAG_SAMPLE_ROWS` rows (all rows when n is smaller): exact would
 cost O(n m²), more than the whole solve; the sample costs at most 3 · DIAG_SAMPLE_ROWS / m
 times the Cholesky factorisation, and its relative error (the spread of the diagonal over
@@ -110,6 +117,9 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32}
 DIAG_SAMPLE_ROWS = 1000
 #: Entries of K_nm per row block when ``block_size`` is None (16 MiB of float64).
 BLOCK_ENTRIES = 1 << 21
+#: Rows per block when C₀ = Σ G_iᵀ G_i is accumulated (at least): each block is one triangular
+#: solve and one product with this many right-hand sides, not ``block_size``'s few at large m.
+GRAM_BLOCK_ROWS = 1024
 #: Share of a CUDA device's free memory that K_nm may take to be moved there once (fit).
 RESIDENT_FRACTION = 0.5
 
@@ -292,7 +302,8 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
     j = ``jitter`` × mean(diag K_mm), raised ×10 until the Cholesky factorisation succeeds
     (up to :data:`~molntk.regression.nystrom.MAX_JITTER`). ``preconditioner``: the estimate c C₀ of GᵀG in
     AᵀA = c C₀ + λI, ``"sampled-rows"`` (from ``preconditioner_rows`` training rows drawn by
-    ``seed``; None: min(n, 2m)), ``"frobenius"`` or ``"subsample"`` (module docstring).
+    ``seed``; None: all n when ``reg="cv"``, else min(n, 2m)), ``"frobenius"`` or ``"subsample"``
+    (module docstring).
     ``block_size``: rows of K_nm per block (None: :data:`BLOCK_ENTRIES` / m). ``device``:
     ``"cpu"``, ``"cuda"`` or ``"auto"`` (:func:`~molntk.scale.devices.resolve_device`), where
     the factors live and the products run; ``dtype``: ``"float64"`` or ``"float32"`` (half the
@@ -435,8 +446,11 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
         return Preconditioner(pre.T, gram, np.full(every.n, 1.0 / sample.size))
 
     def _sample(self, n: int, m: int) -> np.ndarray:
-        """S: s = min(n, ``preconditioner_rows`` or 2m) of the n rows drawn by ``seed``, sorted."""
-        size = min(n, self.preconditioner_rows or 2 * m)
+        """S: s = min(n, ``preconditioner_rows``) of the n rows drawn by ``seed``, sorted (None:
+        all n when λ is searched, else min(n, 2m))."""
+        size = min(n, self.preconditioner_rows or (n if self.reg == "cv" else 2 * m))
+        if size == n:
+            return np.arange(n)
         return np.sort(np.random.default_rng(self.seed).choice(n, size, replace=False))
 
     def _solve(
@@ -466,18 +480,32 @@ class FalkonRegressor(InducingWeights, RegressorMixin, BaseEstimator):
     ) -> tuple[CVResult, np.ndarray, torch.Tensor]:
         """Hold-out scores of every λ of the grid, PCG on the rows of ``part`` from the largest λ
         to the smallest with warm starts; the curve, the iterations per λ (ascending λ) and
-        the weights at the best λ."""
+        the weights at the best λ. Where c C₀ + λI is not positive definite in floating point
+        (λ near the rounding of C₀), that λ and the smaller ones are not scored (score inf,
+        0 iterations, :class:`FalkonConvergenceWarning`); at the largest λ it is an error."""
         relative = checked_relative_grid(self.relative_grid)
         grid = relative * mean_diag
         KtZ = part.transpose_times(Z[torch.as_tensor(part.index, device=Z.device)])
         heldout = replace(part, index=held)
         Z_held = Z[torch.as_tensor(held, device=Z.device)]
-        scores = np.empty((grid.size, Z.shape[1]))
-        iterations = np.empty(grid.size, dtype=np.int64)
+        scores = np.full((grid.size, Z.shape[1]), np.inf)
+        iterations = np.zeros(grid.size, dtype=np.int64)
         solutions = {}
         W = None
         for j in reversed(range(grid.size)):
-            W, history = self._solve(pre.system(part, float(grid[j])), KtZ, W)
+            try:
+                system = pre.system(part, float(grid[j]))
+            except InputError:  # c C₀ + λI not positive definite in floating point: nor at smaller λ
+                if j == grid.size - 1:
+                    raise
+                warnings.warn(
+                    f"Falkon's preconditioner is not positive definite at λ = {relative[j]:.3g} × mean diag K̃ "
+                    f"and below: {j + 1} smallest λ of the grid not scored",
+                    FalkonConvergenceWarning,
+                    stacklevel=3,
+                )
+                break
+            W, history = self._solve(system, KtZ, W)
             scores[j] = residual_loss((Z_held - heldout.times(W)).cpu().numpy(), self.cv_loss)
             iterations[j] = history.shape[0] - 1
             solutions[j] = W
@@ -552,8 +580,9 @@ def _row_squares(rows: KernelRows) -> np.ndarray:
 
 
 def _add_sampled_gram(every: KernelRows, T: torch.Tensor, rows: np.ndarray, gram: torch.Tensor) -> torch.Tensor:
-    """``gram`` + Σ_{i ∈ rows} G_iᵀ G_i with G_i = K_nm[i] T⁻¹, accumulated in place in row blocks."""
-    for _, block in replace(every, index=rows).blocks():
+    """``gram`` + Σ_{i ∈ rows} G_iᵀ G_i with G_i = K_nm[i] T⁻¹, accumulated in place in blocks of
+    at least :data:`GRAM_BLOCK_ROWS` rows."""
+    for _, block in replace(every, index=rows, block_rows=max(every.block_rows, GRAM_BLOCK_ROWS)).blocks():
         features = _solve_lower(T.mT, block.mT)  # G_bᵀ (m, b)
         gram += features @ features.mT
     return gram

@@ -26,16 +26,17 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import ase
 import ase.io
 import numpy as np
-from rdkit import Chem, rdBase
-from rdkit.Chem import AllChem
 
 from molntk.data.molecule import MAX_Z, Molecule, element_number
 from molntk.errors import InputError
+
+if TYPE_CHECKING:  # RDKit is imported where SDF/MOL files and SMILES are read: molntk imports without it
+    from rdkit import Chem
 
 #: Seed of the ETKDGv3 embedding of SMILES strings (same seed → same geometry).
 DEFAULT_SEED = 0xF00D
@@ -318,6 +319,7 @@ def _rdkit_errors() -> Iterator[list[str]]:
 
     RDKit releases without ``rdBase.CaptureErrorLog`` only silence the log (the list stays empty).
     """
+    from rdkit import rdBase
     messages: list[str] = []
     capture = getattr(rdBase, "CaptureErrorLog", None)
     with rdBase.BlockLogs():
@@ -355,6 +357,7 @@ def _because(messages: list[str]) -> str:
 
 def _sanitize(mol: Chem.Mol, source: str) -> None:
     """Sanitize ``mol`` in place; :class:`InputError` with RDKit's reason if it is not a valid molecule."""
+    from rdkit import Chem
     with _rdkit_errors():
         try:
             Chem.SanitizeMol(mol)
@@ -390,6 +393,7 @@ def _coordinates_problem(mol: Chem.Mol, dimension: str) -> str | None:
 
 def _ctab_molecule(mol: Chem.Mol, header: list[str], *, add_hs: bool, source: str, mol_id: str) -> Molecule:
     """Molecule of one parsed (unsanitized) MOL record; ``InputError`` (problem only) if unusable."""
+    from rdkit import Chem
     _sanitize(mol, source)
     if mol.GetNumAtoms() == 0:
         raise InputError(source, "molecule has no atoms")
@@ -425,6 +429,7 @@ def iter_sdf_records(path: PathLike, *, add_hs: bool = False) -> Iterator[SDFRec
     Read with ``Chem.SDMolSupplier`` (hydrogens kept); a record RDKit cannot parse, or
     whose molecule is not usable, is an error naming the record's index, name and first line.
     """
+    from rdkit import Chem
     source = str(path)
     text = _read_text(path)
     supplier = Chem.SDMolSupplier()
@@ -481,6 +486,8 @@ def _embed_smiles(smiles: str, seed: int) -> Chem.Mol:
     neither has, the ETKDG geometry is kept. A SMILES of several disconnected fragments
     (``CCO.O``) is rejected: their relative placement would be arbitrary.
     """
+    from rdkit import Chem
+    from rdkit.Chem import AllChem
     if not smiles.strip():
         raise InputError(repr(smiles), "empty SMILES")
     with _rdkit_errors() as messages:

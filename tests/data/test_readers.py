@@ -639,3 +639,21 @@ def test_read_result_to_dict_is_json(tmp_path):
         ],
     }
     assert ReadResult().ok and ReadResult().to_dict()["molecules"] == []
+
+
+def test_molntk_and_its_qm9_pipeline_import_without_rdkit() -> None:
+    """RDKit is imported where SDF/MOL files and SMILES are read, not with molntk: a fresh
+    interpreter in which ``import rdkit`` fails imports molntk, the QM9 pipeline and the CLI
+    (e.g. a GPU machine for the QM9 runs without RDKit), and reading a SMILES there names RDKit."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['rdkit'] = None\n"
+        "import molntk, molntk.pipelines.qm9, molntk.cli.main\n"
+        "from molntk.data.readers import molecule_from_smiles\n"
+        "try:\n    molecule_from_smiles('CCO')\nexcept ImportError as error:\n    print('ImportError', error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "ImportError" in result.stdout and "rdkit" in result.stdout

@@ -7,7 +7,6 @@ import json
 import logging
 from pathlib import Path
 
-import ase.io
 import numpy as np
 import pytest
 import torch

@@ -99,7 +99,7 @@ def test_the_sum_is_kernel_ridge_on_the_weighted_sum_of_the_networks_kernels(sum
             model = KernelRegressor("ntk", reg=rel * (1 + chosen), solver="cholesky").fit(summed(chosen)[0], y[:n] - base_train)
         record = sums[n]
         assert record["term_weights"] == [1.0, chosen]
-        assert record["hyperparameters"].startswith(f"1·[lift:3 erf pool dense") and f" + {chosen:g}·[" in record["hyperparameters"]
+        assert record["hyperparameters"].startswith("1·[lift:3 erf pool dense") and f" + {chosen:g}·[" in record["hyperparameters"]
         pred = base_test + model.predict(summed(chosen)[1])
         # the same kernels assembled in blocks by the run: rounding, amplified by cond(K + λI)
         assert record["mae"] == pytest.approx(np.abs(pred - y_test).mean(), rel=1e-6)
@@ -174,7 +174,7 @@ def test_the_sparse_sum_takes_the_exact_sums_weights_and_scales(tmp_path, sum_ru
     assert scales == pytest.approx([np.mean(np.diag(K[:18, :18])) for K, _ in kernels], rel=1e-12)
     for n, record in sparse.items():
         assert record["term_weights"] == weights and record["term_scales"] == scales
-        assert record["hyperparameters"].startswith(f"1·[lift:3 erf pool dense") and f" + {weights[1]:g}·[" in record["hyperparameters"]
+        assert record["hyperparameters"].startswith("1·[lift:3 erf pool dense") and f" + {weights[1]:g}·[" in record["hyperparameters"]
         mae, reg_relative = summed_ridge(kernels, data, config, n, weights, scales)
         assert record["reg_relative"] == pytest.approx(reg_relative, rel=1e-12)
         assert record["mae"] == pytest.approx(mae, rel=NYSTROM_REL)

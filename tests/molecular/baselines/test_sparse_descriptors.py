@@ -111,7 +111,6 @@ def test_sparse_fchl19_on_every_training_atom_equals_exact_kernel_ridge(group):
     train = MoleculeSet(molecules[:n])
     d = kernel.describe(train)
     rows = torch.arange(len(d.values))
-    test = molecules[n:]
     K_exact = kernel(molecules).kernel.numpy()
     K_sparse = kernel(kernel.describe(InducingSet(MoleculeSet(molecules), rows))).kernel.numpy()
     m = len(rows)

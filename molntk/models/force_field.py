@@ -226,7 +226,8 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
     sub_force, sub_groups = joint_rows(start_configs, [(len(g) - 1) // 3 for g in groups[:start_configs]])
     sub_k = K[np.ix_(rows, rows)]
     sub_diag = np.diag(sub_k)
-    lam_e, lam_f, _, _ = select_noise(sub_k, y[rows], sub_force, sub_groups, floor)
+    start_choice = select_noise(sub_k, y[rows], sub_force, sub_groups, floor)
+    lam_e, lam_f = start_choice.reg_energy, start_choice.reg_force
     del sub_k
     rho0 = lam_e / float(np.mean(sub_diag[~sub_force]))
     q0 = lam_f / float(np.mean(sub_diag[sub_force])) / rho0
@@ -253,7 +254,10 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
 
     i, j = climb_noise(score, start)
     rho, q = SCALE_GRID[i], RATIO_GRID[j]
-    return NoiseChoice(float(rho) * scale_e, float(q * rho) * scale_f, scores[(i, j)], on_grid_edge(rho, q, floor))
+    factorisations = start_choice.factorisations + sum(SCALE_GRID[a] >= floor and RATIO_GRID[b] * SCALE_GRID[a] >= floor
+                                                       for a, b in scores)
+    return NoiseChoice(float(rho) * scale_e, float(q * rho) * scale_f, scores[(i, j)], on_grid_edge(rho, q, floor),
+                       int(factorisations))
 
 
 def exact_host_bytes(rows: int, grid_search: bool) -> int:
@@ -342,7 +346,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     Fitted attributes: ``sparse_`` (whether the sparse model was fitted), ``training_elements_``,
     ``dressed_atom_`` (or None), ``reg_energy_``, ``reg_force_`` (λ_E, λ_F used), ``cv_score_``
     (the LOO criterion, or None), ``reg_at_grid_edge_`` (whether the λ's chosen lie on an end
-    of the grid or at the floor; None for fixed λ's), ``kernel_`` (the molecular kernel), ``train_molecules_``; exact:
+    of the grid or at the floor; None for fixed λ's), ``noise_factorisations_`` (the
+    factorisations of the joint system the noise search made; None for fixed λ's), ``kernel_`` (the molecular kernel), ``train_molecules_``; exact:
     ``energy_coef_`` (N,) and ``force_coef_`` (3Σn,) (α_E, α_F; with ``inducing_frames``: a and b
     on the inducing configurations, ``inducing_frame_rows_`` (int64 indices into the training
     configurations), ``n_inducing_`` functions and ``rank_`` kept; otherwise
@@ -463,13 +468,12 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         """α of the joint kernel (module docstring, exact model)."""
         check_exact_memory(len(y), grid_search=lam_e is None and self.noise_search == "grid")
         K = joint_kernel(kernel, molecules, cache_dir=kernel_cache)
-        if lam_e is None and self.noise_search == "local":
-            lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_ = select_noise_local(
-                K, y, is_force, groups, floor=self.psd_rtol, device=kernel.ctx.device)
-        elif lam_e is None:
-            lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_ = select_noise(K, y, is_force, groups, floor=self.psd_rtol)
+        if lam_e is None:
+            choice = (select_noise_local(K, y, is_force, groups, floor=self.psd_rtol, device=kernel.ctx.device)
+                      if self.noise_search == "local" else select_noise(K, y, is_force, groups, floor=self.psd_rtol))
+            lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_, self.noise_factorisations_ = choice
         else:
-            self.cv_score_ = self.reg_at_grid_edge_ = None
+            self.cv_score_ = self.reg_at_grid_edge_ = self.noise_factorisations_ = None
         self.reg_energy_, self.reg_force_ = lam_e, lam_f
         alpha = solve_joint(K, y, is_force, lam_e, lam_f)
         self.energy_coef_, self.force_coef_ = alpha[: len(molecules)], alpha[len(molecules):]
@@ -493,7 +497,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         self.energy_coef_, self.force_coef_ = fit.weights[: len(frames)], fit.weights[len(frames):]
         self.rank_, self.n_inducing_ = fit.rank, len(fit.weights)
         self.reg_energy_, self.reg_force_, self.cv_score_ = fit.reg_energy, fit.reg_force, fit.cv_score
-        self.reg_at_grid_edge_ = fit.at_grid_edge
+        self.reg_at_grid_edge_, self.noise_factorisations_ = fit.at_grid_edge, fit.factorisations
         self.train_molecules_ = molecules
 
     def _expansion_molecules(self) -> list[Molecule]:
@@ -516,7 +520,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
                                search=self.noise_search)
         self.inducing_weights_, self.rank_, self.n_inducing_ = fit.weights, fit.rank, len(fit.weights)
         self.reg_energy_, self.reg_force_, self.cv_score_ = fit.reg_energy, fit.reg_force, fit.cv_score
-        self.reg_at_grid_edge_ = fit.at_grid_edge
+        self.reg_at_grid_edge_, self.noise_factorisations_ = fit.at_grid_edge, fit.factorisations
         self.train_molecules_ = molecules
 
     def _query(self, X: Any, caller: str) -> tuple[list[Molecule], np.ndarray | float]:
@@ -606,7 +610,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
                 "provenance": self.provenance_, "sparse": self.sparse_,
                 "training_elements": list(self.training_elements_), "reg_energy": self.reg_energy_,
                 "reg_force": self.reg_force_, "cv_score": self.cv_score_,
-                "reg_at_grid_edge": self.reg_at_grid_edge_}
+                "reg_at_grid_edge": self.reg_at_grid_edge_, "noise_factorisations": self.noise_factorisations_}
         if self.sparse_:
             fitted = {"inducing_rows": self.inducing_rows_, "inducing_weights": self.inducing_weights_,
                       "rank": np.asarray(self.rank_, dtype=np.int64)}
@@ -642,6 +646,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         model.dressed_atom_ = dressed_atom_from_arrays(arrays)
         model.reg_energy_, model.reg_force_, model.cv_score_ = meta["reg_energy"], meta["reg_force"], meta["cv_score"]
         model.reg_at_grid_edge_ = meta["reg_at_grid_edge"]
+        model.noise_factorisations_ = meta.get("noise_factorisations")  # not in files of molntk ≤ 0.1.0's first fits
         model.kernel_ = model.recipe().molecular_kernel(model.device)
         if model.sparse_:
             model._read_inducing_environments(path, arrays)

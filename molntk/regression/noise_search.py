@@ -43,14 +43,16 @@ RATIO_GRID = np.logspace(-6, 8, 15)
 
 
 class NoiseChoice(NamedTuple):
-    """The chosen noise levels, their criterion, and whether the choice lies on an end of the
+    """The chosen noise levels, their criterion, whether the choice lies on an end of the
     grid (the largest or smallest usable ρ, which may be the floor, or an end of the ratios:
-    then a wider grid or a lower floor may do better)."""
+    then a wider grid or a lower floor may do better), and the factorisations of the model
+    the search made (one per ratio scored, or per grid point for a search by Cholesky)."""
 
     reg_energy: float
     reg_force: float
     score: float
     at_grid_edge: bool
+    factorisations: int
 
 
 #: Per ratio q, the LOO residuals at noise scale ρ (None where the system is not positive definite).
@@ -90,8 +92,9 @@ def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, i
     """The (λ_E, λ_F) minimising the module docstring's criterion (:class:`NoiseChoice`);
     ``residuals_for(q)`` factorises the model for ratio q and returns its residuals at each ρ. InputError (naming
     ``psd_rtol``) when no grid point gives a positive definite system."""
-    best = min((_best_at_ratio(residuals_for, q, y, is_force, floor, scales) + (q,) for q in ratios), key=lambda t: t[0])
-    return _choice(*best, scale_e, scale_f, floor, ratios, scales)
+    counted = _Counted(residuals_for)
+    best = min((_best_at_ratio(counted, q, y, is_force, floor, scales) + (q,) for q in ratios), key=lambda t: t[0])
+    return _choice(*best, scale_e, scale_f, floor, ratios, scales, counted.calls)
 
 
 def climb_ratios(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, is_force: np.ndarray, scale_e: float,
@@ -105,10 +108,11 @@ def climb_ratios(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, i
     in q; the choice is the grid's where the criterion's best over ρ is unimodal in log q.
     InputError (naming ``psd_rtol``) when no visited point gives a positive definite system."""
     visited: dict[int, tuple[float, float]] = {}
+    counted = _Counted(residuals_for)
 
     def best_at(j: int) -> float:
         if j not in visited:
-            visited[j] = _best_at_ratio(residuals_for, ratios[j], y, is_force, floor, scales)
+            visited[j] = _best_at_ratio(counted, ratios[j], y, is_force, floor, scales)
         return visited[j][0]
 
     here = len(ratios) // 2 if start is None else int(start)
@@ -117,7 +121,18 @@ def climb_ratios(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, i
         if not best_at(lower) < best_at(here):
             break
         here = lower
-    return _choice(*visited[here], ratios[here], scale_e, scale_f, floor, ratios, scales)
+    return _choice(*visited[here], ratios[here], scale_e, scale_f, floor, ratios, scales, counted.calls)
+
+
+class _Counted:
+    """``residuals_for`` that counts its calls (each one factorisation of the model)."""
+
+    def __init__(self, residuals_for: Callable[[float], ResidualsAt]) -> None:
+        self.residuals_for, self.calls = residuals_for, 0
+
+    def __call__(self, q: float) -> ResidualsAt:
+        self.calls += 1
+        return self.residuals_for(q)
 
 
 def _best_at_ratio(residuals_for: Callable[[float], ResidualsAt], q: float, y: np.ndarray, is_force: np.ndarray,
@@ -136,11 +151,11 @@ def _best_at_ratio(residuals_for: Callable[[float], ResidualsAt], q: float, y: n
 
 
 def _choice(score: float, rho: float, q: float, scale_e: float, scale_f: float, floor: float, ratios: np.ndarray,
-            scales: np.ndarray) -> NoiseChoice:
+            scales: np.ndarray, factorisations: int) -> NoiseChoice:
     """The :class:`NoiseChoice` of the grid point (ρ, q) with its criterion ``score``."""
     if not np.isfinite(score):
         raise InputError("psd_rtol", f"no noise level of the CV grid at or above the floor {floor} gives a positive definite system")
-    return NoiseChoice(rho * scale_e, q * rho * scale_f, score, on_grid_edge(rho, q, floor, ratios, scales))
+    return NoiseChoice(rho * scale_e, q * rho * scale_f, score, on_grid_edge(rho, q, floor, ratios, scales), factorisations)
 
 
 def cholesky_grouped_residuals(K: torch.Tensor, y: torch.Tensor, lam: torch.Tensor,

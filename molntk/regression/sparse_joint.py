@@ -71,8 +71,9 @@ LOO_GROUPS = 500
 @dataclass(frozen=True)
 class SparseJointFit:
     """``weights`` w (m,), the noise levels used, the LOO criterion (None for fixed λ's), the
-    rank r kept of K_mm, the number of its eigenvalues dropped, and whether the λ's chosen lie
-    on an end of the grid (None for fixed λ's; :class:`~molntk.regression.noise_search.NoiseChoice`)."""
+    rank r kept of K_mm, the number of its eigenvalues dropped, whether the λ's chosen lie
+    on an end of the grid and the SVDs the search made (None for fixed λ's;
+    :class:`~molntk.regression.noise_search.NoiseChoice`)."""
 
     weights: np.ndarray
     reg_energy: float
@@ -81,6 +82,7 @@ class SparseJointFit:
     rank: int
     n_dropped: int
     at_grid_edge: bool | None = None
+    factorisations: int | None = None
 
 
 @dataclass(frozen=True)
@@ -225,18 +227,18 @@ def solve_sparse_joint(system: SparseJointSystem, *, reg_energy: float | None = 
     ``floor`` times their mean diagonal skipped), every ratio (``search="grid"``) or the ratios
     from the middle of the grid to a local minimum (``"local"``:
     :func:`~molntk.regression.noise_search.climb_ratios`; every ρ of a visited ratio either way)."""
-    score = edge = None
+    score = edge = factorisations = None
     if reg_energy is None or reg_force is None:
         scored = slice(0, system.n_scored)
         choose = {"grid": search_noise, "local": climb_ratios}[validation.choice(search, "search", ("grid", "local"))]
-        reg_energy, reg_force, score, edge = choose(system.residuals_for, system.y[scored], system.is_force[scored],
+        reg_energy, reg_force, score, edge, factorisations = choose(system.residuals_for, system.y[scored], system.is_force[scored],
                                                     system.scale_e, system.scale_f, floor, ratios, scales)
     elif reg_energy <= 0 or reg_force <= 0:
         raise InputError("reg_energy" if reg_energy <= 0 else "reg_force", "must be > 0 for the sparse model")
     _, sigma, wt, coeffs = system.svd(reg_energy, reg_force)
     weights = inducing_weights(system.root, wt.T * sigma, sigma, coeffs[:, None], 1.0)[:, 0]
     return SparseJointFit(weights, float(reg_energy), float(reg_force), score, system.root.rank,
-                          system.root.n_dropped, edge)
+                          system.root.n_dropped, edge, factorisations)
 
 
 def fit_sparse_joint(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray], *,

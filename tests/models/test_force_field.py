@@ -24,7 +24,7 @@ from molntk.models.delta import baseline_results
 from molntk.models import force_field
 from molntk.models.force_field import (SO3ForceFieldRegressor, grouped_loo_residuals, joint_rows, select_noise,
                                        select_noise_local)
-from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, loo_criterion
+from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, loo_criterion, usable_scales
 from molntk.models.loading import load_model
 from molntk.models.model_files import read_model_archive, write_model_archive
 from molntk.models.so3_ntk import SO3NTKRegressor
@@ -96,8 +96,9 @@ def test_closed_form_loo_is_refitting_without_the_configuration():
         keep = np.setdiff1d(np.arange(n), g)
         a = np.linalg.solve(K[np.ix_(keep, keep)] + np.diag(lam[keep]), y[keep])
         np.testing.assert_allclose(residuals[g], y[g] - K[np.ix_(g, keep)] @ a, rtol=0, atol=1e-8)
-    lam_e, lam_f, score, _ = select_noise(K, y, is_force, groups, floor=1e-6)
+    lam_e, lam_f, score, _, factorisations = select_noise(K, y, is_force, groups, floor=1e-6)
     assert lam_e > 0 and lam_f > 0 and np.isfinite(score)
+    assert factorisations == sum(bool(usable_scales(q, 1e-6)) for q in RATIO_GRID)  # one eigh per ratio
 
 
 def brute_force_criterion(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, groups, lam_e: float, lam_f: float) -> float:
@@ -113,7 +114,8 @@ def test_the_local_noise_search_stops_at_a_local_minimum_of_the_brute_force_crit
     """A synthetic joint problem of 9 configurations (sizes 1–3 atoms), the search started from
     the grid's choice on the first 3: the chosen (ρ, q) has the explicit-inverse criterion the
     search reports (1e-9 relative: both from O(1)-conditioned solves) and none of its four
-    lattice neighbours is lower; every visited point is in the trace; with at most
+    lattice neighbours is lower; every visited point is in the trace, and the factorisations
+    reported are the start's and the trace's; with at most
     ``start_configs`` configurations it is the grid search."""
     rng = np.random.default_rng(3)
     sizes = [2, 3, 1, 2, 3, 2, 1, 3, 2]
@@ -123,7 +125,10 @@ def test_the_local_noise_search_stops_at_a_local_minimum_of_the_brute_force_crit
     K = x @ x.T + 0.05 * np.eye(n)
     y = x @ rng.normal(size=n // 2) + 0.3 * rng.normal(size=n)
     trace: list[dict] = []
-    lam_e, lam_f, score, _ = select_noise_local(K, y, is_force, groups, floor=1e-6, start_configs=3, trace=trace)
+    lam_e, lam_f, score, _, factorisations = select_noise_local(K, y, is_force, groups, floor=1e-6, start_configs=3,
+                                                                trace=trace)
+    # the grid search on the first 3 configurations (one eigh per ratio), then one Cholesky per traced point
+    assert factorisations == sum(bool(usable_scales(q, 1e-6)) for q in RATIO_GRID) + len(trace)
     s_e, s_f = np.mean(np.diag(K)[~is_force]), np.mean(np.diag(K)[is_force])
     i = int(np.argmin(np.abs(np.log10(SCALE_GRID * s_e / lam_e))))
     j = int(np.argmin(np.abs(np.log10(RATIO_GRID * SCALE_GRID[i] * s_f / lam_f))))

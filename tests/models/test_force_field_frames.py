@@ -16,6 +16,7 @@ from molntk.errors import InputError, ModelFileError
 from molntk.features.inducing import inducing_molecules
 from molntk.models import force_field
 from molntk.models.force_field import SO3ForceFieldRegressor
+from molntk.regression.noise_search import RATIO_GRID, usable_scales
 from molntk.regression.sparse_joint import sparse_joint_host_bytes
 from molntk.molecular.derivative_kernels import derivative_rows
 from tests.helpers.forces import assert_same_energies_and_forces, with_array
@@ -116,6 +117,11 @@ def test_with_every_frame_inducing_it_is_the_exact_model(sample):
     local_cv = _fit(SO3ForceFieldRegressor(inducing_frames=8, noise_search="local", **PARAMS), sample, train)
     assert (local_cv.reg_energy_, local_cv.reg_force_, local_cv.cv_score_) == \
         (frames_cv.reg_energy_, frames_cv.reg_force_, frames_cv.cv_score_)
+    # one factorisation per ratio with a ρ above the floor: all of them for the grid, fewer for
+    # the climb; none with λ's given
+    scored = sum(bool(usable_scales(q, PARAMS["psd_rtol"])) for q in RATIO_GRID)
+    assert frames_cv.noise_factorisations_ == exact_cv.noise_factorisations_ == scored > local_cv.noise_factorisations_ >= 3
+    assert frames.noise_factorisations_ is None
 
 
 def test_frames_are_the_farthest_points_of_the_summed_amplitudes(sample):
@@ -161,6 +167,7 @@ def test_a_saved_frames_model_loads_and_predicts_the_same(five_of_twelve, sample
     assert loaded.get_params() == model.get_params() and not loaded.sparse_
     assert np.array_equal(loaded.inducing_frame_rows_, model.inducing_frame_rows_)
     assert (loaded.rank_, loaded.n_inducing_) == (model.rank_, model.n_inducing_)
+    assert loaded.noise_factorisations_ == model.noise_factorisations_
     assert_same_energies_and_forces(model, loaded, tests)
     moved = with_array(path, tmp_path / "moved.npz", "inducing_frame_rows", lambda rows: rows + 12)
     with pytest.raises(ModelFileError, match="moved.npz.*inducing_frame_rows"):

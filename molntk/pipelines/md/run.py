@@ -37,7 +37,7 @@ from molntk.utils.files import sha256_file
 #: its fitted regressor, ``regressor_``) has them; a sparse model's functions and the rank its
 #: K_mm kept beside them.
 CHOSEN = ("sigma_", "sigma_at_grid_edge_", "reg_energy_", "reg_force_", "cv_score_", "reg_at_grid_edge_",
-          "reg_relative_", "n_inducing_", "rank_")
+          "noise_factorisations_", "reg_relative_", "n_inducing_", "rank_")
 
 
 def frames_path(config: MDForceFieldConfig) -> Path:

@@ -646,7 +646,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         model.dressed_atom_ = dressed_atom_from_arrays(arrays)
         model.reg_energy_, model.reg_force_, model.cv_score_ = meta["reg_energy"], meta["reg_force"], meta["cv_score"]
         model.reg_at_grid_edge_ = meta["reg_at_grid_edge"]
-        model.noise_factorisations_ = meta.get("noise_factorisations")  # not in files of molntk ≤ 0.1.0's first fits
+        model.noise_factorisations_ = meta.get("noise_factorisations")  # None in files written before it was recorded
         model.kernel_ = model.recipe().molecular_kernel(model.device)
         if model.sparse_:
             model._read_inducing_environments(path, arrays)

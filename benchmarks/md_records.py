@@ -9,7 +9,8 @@ test frames, :func:`molntk.pipelines.md.run.paired_comparisons`) and, with ``--f
 that record against every other one whatever their sizes. The runs must share the trajectory
 file (SHA-256) and the test frames; each run's whole config is kept (``molntk run`` of it
 reproduces its records); a frames model's record is labelled with its number of
-inducing frames and their selection (``so3-ntk-forces-frames-250-fps``). Lists of numbers are
+inducing frames and their selection (``so3-ntk-forces-frames-250-fps``), and a model whose
+params set the feature maps' cutoff with it (``so3-ntk-forces-frames-100-fps-4A``). Lists of numbers are
 written one list per line (the file stays readable and its diffs small)::
 
     python benchmarks/md_records.py --runs out/sgdml out/frames250 --focus so3-ntk-forces-frames-250-fps \
@@ -37,10 +38,13 @@ CONFIG_KEYS = {name: key for key, name in MODEL_KEYS.items()}
 
 
 def label(record: dict[str, Any], params: dict[str, Any]) -> str:
-    """The record's model name; a frames model's with its inducing frames and their selection."""
-    if record["model"] != MODEL_KEYS["so3_forces_frames"]:
-        return record["model"]
-    return f"{record['model']}-{params['inducing_frames']}-{params.get('inducing_selection', 'fps')}"
+    """The record's model name; a frames model's with its inducing frames and their selection;
+    an SO(3) model's with its feature maps' cutoff when its params set one (``-4A``)."""
+    name = record["model"]
+    if name == MODEL_KEYS["so3_forces_frames"]:
+        name = f"{name}-{params['inducing_frames']}-{params.get('inducing_selection', 'fps')}"
+    cutoff = (params.get("radial") or {}).get("r_cut")
+    return name if cutoff is None else f"{name}-{cutoff:g}A"
 
 
 def run_records(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

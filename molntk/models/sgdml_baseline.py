@@ -25,7 +25,11 @@ factorisation (scipy); it runs on one BLAS thread, because the threaded factoris
 scipy's OpenBLAS crashed the process (segmentation fault in the library) on the 27,000²
 system of 1,000 ethanol frames on this project's 2-core machine; a known failure class of
 threaded ``dpotrf`` on large matrices (OpenMathLib/OpenBLAS issues #352, #1413, #2821). Its
-memory is two copies of that matrix: 11.7 GB at M = 1,000 ethanol frames.
+memory is two copies of that matrix: 11.7 GB at M = 1,000 ethanol frames. When that exceeds
+the memory the package may plan for (``max_memory_gb``; default the whole machine's), it
+takes its iterative solver instead: conjugate gradients preconditioned by a Nyström factor on
+as many inducing frames as that memory allows (aspirin at M = 1,000 on a 24 GB machine with
+``max_memory_gb=17``: 124 frames, 213 iterations, 18 min).
 
 Every frame must be the same molecule with its atoms in the same order (an MD trajectory,
 an MD17 file): sGDML compares frames atom by atom. Units are the caller's (positions Å;
@@ -46,6 +50,7 @@ from threadpoolctl import threadpool_limits
 from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.models.so3_ntk import as_molecules
+from molntk.utils.checks import integer
 
 #: σ grid of the validation search (sGDML's own command line offers 2 … 100 in steps of 10
 #: by default; the lower end matters for small, stiff molecules).
@@ -94,7 +99,8 @@ def _dataset(R: np.ndarray, E: np.ndarray, F: np.ndarray, numbers: np.ndarray) -
 class SGDMLForceField(RegressorMixin, BaseEstimator):
     """sGDML through the ``sgdml`` package (module docstring): ``sigmas`` (the length-scale
     grid, or one value), ``use_sym`` (permutational symmetries), ``validation_fraction`` and
-    ``seed`` (the held-out frames of the σ search).
+    ``seed`` (the held-out frames of the σ search), ``max_memory_gb`` (the memory in GB the
+    package plans its solver for, None: the whole machine's; module docstring).
 
     Fitted attributes: ``sigma_``, ``sigma_at_grid_edge_``, ``search_`` (σ → validation
     criterion), ``perms_`` (the atom permutations the model is symmetrised over, found once
@@ -103,11 +109,12 @@ class SGDMLForceField(RegressorMixin, BaseEstimator):
     """
 
     def __init__(self, sigmas: Sequence[float] = SIGMAS, use_sym: bool = True, validation_fraction: float = 0.2,
-                 seed: int = 0) -> None:
+                 seed: int = 0, max_memory_gb: int | None = None) -> None:
         self.sigmas = sigmas
         self.use_sym = use_sym
         self.validation_fraction = validation_fraction
         self.seed = seed
+        self.max_memory_gb = max_memory_gb
 
     def _task(self, R: np.ndarray, E: np.ndarray, F: np.ndarray, sigma: float, perms: np.ndarray | None) -> dict[str, Any]:
         """The package's training recipe on every frame given (a data set of exactly n_train
@@ -120,9 +127,17 @@ class SGDMLForceField(RegressorMixin, BaseEstimator):
 
     def _train(self, R: np.ndarray, E: np.ndarray, F: np.ndarray, sigma: float) -> dict[str, Any]:
         """A model on these frames with the symmetries of the whole training set (``perms_``),
-        its Cholesky factorisation on one BLAS thread (module docstring)."""
-        with threadpool_limits(limits=1, user_api="blas"):
-            return _sgdml()[0].train(self._task(R, E, F, sigma, self.perms_))
+        its Cholesky factorisation on one BLAS thread (module docstring), planned for
+        ``max_memory_gb`` (the one trainer's memory limit, set for this call and restored)."""
+        trainer = _sgdml()[0]
+        machine = trainer._max_memory  # the package's limit: the machine's memory in GB, set at its creation
+        if self.max_memory_gb is not None:
+            trainer._max_memory = min(int(self.max_memory_gb), machine)
+        try:
+            with threadpool_limits(limits=1, user_api="blas"):
+                return trainer.train(self._task(R, E, F, sigma, self.perms_))
+        finally:
+            trainer._max_memory = machine
 
     @staticmethod
     def _predict(model: dict[str, Any], R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,6 +152,8 @@ class SGDMLForceField(RegressorMixin, BaseEstimator):
             raise InputError("sigmas", f"must be positive length scales, got {self.sigmas!r}")
         if not 0 < self.validation_fraction < 1:
             raise InputError("validation_fraction", f"must lie strictly between 0 and 1, got {self.validation_fraction!r}")
+        if self.max_memory_gb is not None:
+            integer(self.max_memory_gb, "max_memory_gb", minimum=1)
         R, self.numbers_ = _frames(X)
         E = np.asarray(energies, dtype=np.float64)
         F = np.asarray(forces, dtype=np.float64)

@@ -77,3 +77,27 @@ def test_frames_of_another_molecule_or_atom_order_are_refused(fitted, frames):
         SGDMLForceField().predict([molecule])
     with pytest.raises(InputError, match="sigmas"):
         SGDMLForceField(sigmas=(-1.0,)).fit(frames[0][:5], frames[1][:5], frames[2][:5])
+
+
+def test_max_memory_gb_is_the_packages_limit_while_it_trains_and_is_restored(frames, monkeypatch):
+    """``max_memory_gb`` is the limit the package plans its solver for (it takes its iterative
+    solver when its analytic one needs more) during each training call, and the one trainer's
+    own limit (the machine's memory) comes back after it; 0 GB is refused by name."""
+    from molntk.models.sgdml_baseline import _sgdml
+
+    trainer = _sgdml()[0]
+    machine, seen = trainer._max_memory, []
+    train = type(trainer).train
+
+    def recording(task, *args, **kwargs):
+        seen.append(trainer._max_memory)
+        return train(trainer, task, *args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train", recording)
+    molecules, energies, forces = frames
+    args = ([molecules[i] for i in TRAIN], energies[TRAIN], [forces[i] for i in TRAIN])
+    SGDMLForceField(sigmas=(20.0,), max_memory_gb=1).fit(*args)
+    SGDMLForceField(sigmas=(20.0,)).fit(*args)
+    assert seen == [1, machine] and trainer._max_memory == machine >= 1
+    with pytest.raises(InputError, match="max_memory_gb"):
+        SGDMLForceField(max_memory_gb=0).fit(*args)

@@ -64,11 +64,14 @@ class SO3ModelConfig(MDModelSection):
 
 class SGDMLModelConfig(MDModelSection):
     """The sGDML baseline (:class:`~molntk.models.sgdml_baseline.SGDMLForceField`): the σ
-    grid searched on held-out training frames, and the permutational symmetries."""
+    grid searched on held-out training frames, the permutational symmetries, and the memory
+    (GB) its package plans its solver for (null: the whole machine's; with less than its
+    analytic solve needs it takes its iterative solver)."""
 
     sigmas: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 70.0]
     use_sym: bool = True
     validation_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    max_memory_gb: Annotated[int, Field(ge=1)] | None = None
 
 
 class FCHL19ModelConfig(MDModelSection):

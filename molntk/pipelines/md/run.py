@@ -76,7 +76,8 @@ def estimators(config: MDForceFieldConfig) -> dict[str, Any]:
                 raise InputError(f"models.{key}.params", str(err)) from err
     if models.sgdml is not None:
         out["sgdml"] = SGDMLForceField(sigmas=tuple(models.sgdml.sigmas), use_sym=models.sgdml.use_sym,
-                                       validation_fraction=models.sgdml.validation_fraction, seed=config.split.seed)
+                                       validation_fraction=models.sgdml.validation_fraction, seed=config.split.seed,
+                                       max_memory_gb=models.sgdml.max_memory_gb)
     if models.fchl19 is not None:
         out["fchl19"] = FCHL19ForceField(sigmas=tuple(models.fchl19.sigmas), lambdas=tuple(models.fchl19.lambdas),
                                          validation_fraction=models.fchl19.validation_fraction, seed=config.split.seed)

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from molntk.data.qm9 import QM9, load_qm9
+from molntk.utils.files import atomic_write_bytes, atomic_write_json
 
 TARGET = "u0_atom"
 #: Decimals of QM9's coordinates (qm9pack's CSV text): positions are exact as integers × 10⁻¹⁰.
@@ -53,12 +54,12 @@ def export(folder: Path) -> dict[str, str]:
         raise ValueError(f"QM9 positions are not integers × {1 / SCALE:g}: the export would change them")
     folder.mkdir(parents=True, exist_ok=True)
     planes = scaled.view(np.uint8).reshape(-1, 8).T.copy()
-    (folder / "positions.xz").write_bytes(lzma.compress(planes.tobytes()))
+    atomic_write_bytes(folder / "positions.xz", lzma.compress(planes.tobytes()))
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    (folder / "arrays.npz.xz").write_bytes(lzma.compress(buffer.getvalue()))
+    atomic_write_bytes(folder / "arrays.npz.xz", lzma.compress(buffer.getvalue()))
     digests = {name: digest(array) for name, array in {**arrays, "positions": data.positions}.items()}
-    (folder / "sha256.json").write_text(json.dumps(digests, indent=1) + "\n")
+    atomic_write_json(folder / "sha256.json", digests)  # last: a folder without it is no export
     return digests
 
 

@@ -237,14 +237,17 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
     k_dev, y_dev = torch.as_tensor(K, device=device), torch.as_tensor(y, device=device)
     force_dev = torch.as_tensor(is_force, device=device)
     scores: dict[tuple[int, int], float] = {}
+    factorisations = start_choice.factorisations
 
     def score(i: int, j: int) -> float:
+        nonlocal factorisations
         if (i, j) not in scores:
             rho, q = float(SCALE_GRID[i]), float(RATIO_GRID[j])
             value, residuals = np.inf, None
             if rho >= floor and q * rho >= floor:
                 lam = torch.where(force_dev, q * rho * scale_f, rho * scale_e).to(k_dev.dtype)
                 residuals = cholesky_grouped_residuals(k_dev, y_dev, lam, groups)
+                factorisations += 1
                 if residuals is not None:
                     value = loo_criterion(residuals, y, is_force)
                 if trace is not None:
@@ -254,10 +257,8 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
 
     i, j = climb_noise(score, start)
     rho, q = SCALE_GRID[i], RATIO_GRID[j]
-    factorisations = start_choice.factorisations + sum(SCALE_GRID[a] >= floor and RATIO_GRID[b] * SCALE_GRID[a] >= floor
-                                                       for a, b in scores)
     return NoiseChoice(float(rho) * scale_e, float(q * rho) * scale_f, scores[(i, j)], on_grid_edge(rho, q, floor),
-                       int(factorisations))
+                       factorisations)
 
 
 def exact_host_bytes(rows: int, grid_search: bool) -> int:

@@ -231,8 +231,9 @@ def solve_sparse_joint(system: SparseJointSystem, *, reg_energy: float | None = 
     if reg_energy is None or reg_force is None:
         scored = slice(0, system.n_scored)
         choose = {"grid": search_noise, "local": climb_ratios}[validation.choice(search, "search", ("grid", "local"))]
-        reg_energy, reg_force, score, edge, factorisations = choose(system.residuals_for, system.y[scored], system.is_force[scored],
-                                                    system.scale_e, system.scale_f, floor, ratios, scales)
+        reg_energy, reg_force, score, edge, factorisations = choose(
+            system.residuals_for, system.y[scored], system.is_force[scored], system.scale_e, system.scale_f, floor,
+            ratios, scales)
     elif reg_energy <= 0 or reg_force <= 0:
         raise InputError("reg_energy" if reg_energy <= 0 else "reg_force", "must be > 0 for the sparse model")
     _, sigma, wt, coeffs = system.svd(reg_energy, reg_force)

@@ -257,8 +257,10 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
 
     i, j = climb_noise(score, start)
     rho, q = SCALE_GRID[i], RATIO_GRID[j]
-    return NoiseChoice(float(rho) * scale_e, float(q * rho) * scale_f, scores[(i, j)], on_grid_edge(rho, q, floor),
-                       factorisations)
+    not_positive = [(float(SCALE_GRID[a]), float(RATIO_GRID[b])) for (a, b), value in scores.items()
+                    if not np.isfinite(value) and SCALE_GRID[a] >= floor and RATIO_GRID[b] * SCALE_GRID[a] >= floor]
+    return NoiseChoice(float(rho) * scale_e, float(q * rho) * scale_f, scores[(i, j)],
+                       on_grid_edge(rho, q, floor, not_positive=not_positive), factorisations)
 
 
 def exact_host_bytes(rows: int, grid_search: bool) -> int:

@@ -23,7 +23,7 @@ configurations), :func:`climb_noise` finds a local minimum of the same criterion
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -44,9 +44,10 @@ RATIO_GRID = np.logspace(-6, 8, 15)
 
 class NoiseChoice(NamedTuple):
     """The chosen noise levels, their criterion, whether the choice lies on an end of the
-    grid (the largest or smallest usable ρ, which may be the floor, or an end of the ratios:
-    then a wider grid or a lower floor may do better), and the factorisations of the model
-    the search made (one per ratio scored, or per grid point for a search by Cholesky)."""
+    grid (the largest or smallest usable ρ, which may be the floor, an end of the ratios, or
+    beside a grid point scored and found not positive definite: then a wider grid, a lower
+    floor or a more accurate kernel may do better), and the factorisations of the model the
+    search made (one per ratio scored, or per grid point for a search by Cholesky)."""
 
     reg_energy: float
     reg_force: float
@@ -79,11 +80,19 @@ def usable_scales(q: float, floor: float, scales: np.ndarray = SCALE_GRID) -> li
 
 
 def on_grid_edge(rho: float, q: float, floor: float, ratios: np.ndarray = RATIO_GRID,
-                 scales: np.ndarray = SCALE_GRID) -> bool:
+                 scales: np.ndarray = SCALE_GRID, not_positive: Collection[tuple[float, float]] = ()) -> bool:
     """Whether (ρ, q) lies on an end of the grid (:class:`NoiseChoice`): the smallest or largest
-    usable ρ at q (:func:`usable_scales`) or an end of ``ratios``."""
+    usable ρ at q (:func:`usable_scales`), an end of ``ratios``, or a neighbour on the (ρ, q)
+    lattice (ρ's or q's next grid value, the other fixed) among the points ``not_positive``
+    (scored, K + Λ not positive definite): the choice then sits on the edge of the region the
+    kernel's accuracy allows."""
     usable = usable_scales(q, floor, scales)
-    return rho in (usable[0], usable[-1]) or q in (ratios[0], ratios[-1])
+    if rho in (usable[0], usable[-1]) or q in (ratios[0], ratios[-1]):
+        return True
+    i, j = int(np.argmin(np.abs(scales - rho))), int(np.argmin(np.abs(ratios - q)))
+    neighbours = [(scales[i - 1], q), (scales[i + 1], q), (rho, ratios[j - 1]), (rho, ratios[j + 1])]
+    failed = {(float(a), float(b)) for a, b in not_positive}
+    return any((float(a), float(b)) in failed for a, b in neighbours)
 
 
 def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, is_force: np.ndarray, scale_e: float,
@@ -92,9 +101,10 @@ def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, i
     """The (λ_E, λ_F) minimising the module docstring's criterion (:class:`NoiseChoice`);
     ``residuals_for(q)`` factorises the model for ratio q and returns its residuals at each ρ. InputError (naming
     ``psd_rtol``) when no grid point gives a positive definite system."""
-    counted = _Counted(residuals_for)
-    best = min((_best_at_ratio(counted, q, y, is_force, floor, scales) + (q,) for q in ratios), key=lambda t: t[0])
-    return _choice(*best, scale_e, scale_f, floor, ratios, scales, counted.calls)
+    counted, failed = _Counted(residuals_for), []
+    best = min((_best_at_ratio(counted, q, y, is_force, floor, scales, failed) + (q,) for q in ratios),
+               key=lambda t: t[0])
+    return _choice(*best, scale_e, scale_f, floor, ratios, scales, counted.calls, failed)
 
 
 def climb_ratios(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, is_force: np.ndarray, scale_e: float,
@@ -108,11 +118,11 @@ def climb_ratios(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, i
     in q; the choice is the grid's where the criterion's best over ρ is unimodal in log q.
     InputError (naming ``psd_rtol``) when no visited point gives a positive definite system."""
     visited: dict[int, tuple[float, float]] = {}
-    counted = _Counted(residuals_for)
+    counted, failed = _Counted(residuals_for), []
 
     def best_at(j: int) -> float:
         if j not in visited:
-            visited[j] = _best_at_ratio(counted, ratios[j], y, is_force, floor, scales)
+            visited[j] = _best_at_ratio(counted, ratios[j], y, is_force, floor, scales, failed)
         return visited[j][0]
 
     here = len(ratios) // 2 if start is None else int(start)
@@ -121,7 +131,7 @@ def climb_ratios(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, i
         if not best_at(lower) < best_at(here):
             break
         here = lower
-    return _choice(*visited[here], ratios[here], scale_e, scale_f, floor, ratios, scales, counted.calls)
+    return _choice(*visited[here], ratios[here], scale_e, scale_f, floor, ratios, scales, counted.calls, failed)
 
 
 class _Counted:
@@ -136,8 +146,9 @@ class _Counted:
 
 
 def _best_at_ratio(residuals_for: Callable[[float], ResidualsAt], q: float, y: np.ndarray, is_force: np.ndarray,
-                   floor: float, scales: np.ndarray) -> tuple[float, float]:
-    """(criterion, ρ) of the best usable ρ at ratio q ((inf, nan) when none is usable and positive definite)."""
+                   floor: float, scales: np.ndarray, failed: list[tuple[float, float]]) -> tuple[float, float]:
+    """(criterion, ρ) of the best usable ρ at ratio q ((inf, nan) when none is usable and positive
+    definite); appends to ``failed`` each (ρ, q) whose system is not positive definite."""
     best: tuple[float, float] = (np.inf, np.nan)
     usable = usable_scales(q, floor, scales)
     if not usable:
@@ -145,17 +156,20 @@ def _best_at_ratio(residuals_for: Callable[[float], ResidualsAt], q: float, y: n
     residuals_at = residuals_for(float(q))
     for rho in usable:
         res = residuals_at(float(rho))
-        if res is not None and (score := loo_criterion(res, y, is_force)) < best[0]:
+        if res is None:
+            failed.append((float(rho), float(q)))
+        elif (score := loo_criterion(res, y, is_force)) < best[0]:
             best = (score, rho)
     return best
 
 
 def _choice(score: float, rho: float, q: float, scale_e: float, scale_f: float, floor: float, ratios: np.ndarray,
-            scales: np.ndarray, factorisations: int) -> NoiseChoice:
+            scales: np.ndarray, factorisations: int, not_positive: list[tuple[float, float]]) -> NoiseChoice:
     """The :class:`NoiseChoice` of the grid point (ρ, q) with its criterion ``score``."""
     if not np.isfinite(score):
         raise InputError("psd_rtol", f"no noise level of the CV grid at or above the floor {floor} gives a positive definite system")
-    return NoiseChoice(rho * scale_e, q * rho * scale_f, score, on_grid_edge(rho, q, floor, ratios, scales), factorisations)
+    return NoiseChoice(rho * scale_e, q * rho * scale_f, score,
+                       on_grid_edge(rho, q, floor, ratios, scales, not_positive), factorisations)
 
 
 def cholesky_grouped_residuals(K: torch.Tensor, y: torch.Tensor, lam: torch.Tensor,

@@ -115,8 +115,11 @@ class CVResult:
 
     @property
     def at_grid_edge(self) -> bool:
-        """The minimum is at the smallest or largest λ: the grid may be too narrow."""
-        return self.best_index in (0, self.grid.size - 1)
+        """The minimum is at the smallest or largest λ that was scored: the grid may be too
+        narrow. λ's not scored (score inf: the solve did not factor there) do not count as
+        grid, so a minimum at the smallest λ that factored is at the edge."""
+        scored = np.flatnonzero(np.isfinite(self.scores))
+        return scored.size == 0 or self.best_index in (scored[0], scored[-1])
 
 
 def fold_ids(n: int, n_folds: int, seed: int = 0) -> np.ndarray:

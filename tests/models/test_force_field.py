@@ -142,6 +142,26 @@ def test_the_local_noise_search_stops_at_a_local_minimum_of_the_brute_force_crit
     assert select_noise_local(K, y, is_force, groups, floor=1e-6, start_configs=9) == select_noise(K, y, is_force, groups, floor=1e-6)
 
 
+def test_the_local_noise_search_flags_a_choice_beside_a_not_positive_definite_point(monkeypatch):
+    """The problem above, with K + Λ made not positive definite (the Cholesky route returns
+    None) for every ρ below the search's own choice: the climb stops at the same point, inside
+    the grid's usable ρ, and now flags it as on the grid's edge, which it did not before."""
+    rng = np.random.default_rng(3)
+    sizes = [2, 3, 1, 2, 3, 2, 1, 3, 2]
+    is_force, groups = joint_rows(len(sizes), sizes)
+    x = rng.normal(size=(is_force.size, is_force.size // 2))
+    K, y = x @ x.T + 0.05 * np.eye(is_force.size), x @ rng.normal(size=is_force.size // 2) + 0.3 * rng.normal(size=is_force.size)
+    free = select_noise_local(K, y, is_force, groups, floor=1e-6, start_configs=3)
+    assert not free.at_grid_edge and free.reg_energy > 1e-6 * np.mean(np.diag(K)[~is_force]) * 10
+    real = force_field.cholesky_grouped_residuals
+    limit = free.reg_energy * (1 - 1e-9)
+    monkeypatch.setattr(force_field, "cholesky_grouped_residuals",
+                        lambda k, yy, lam, g: None if float(lam[~torch.as_tensor(is_force)][0]) < limit else real(k, yy, lam, g))
+    bounded = select_noise_local(K, y, is_force, groups, floor=1e-6, start_configs=3)
+    assert (bounded.reg_energy, bounded.reg_force, bounded.score) == (free.reg_energy, free.reg_force, free.score)
+    assert bounded.at_grid_edge
+
+
 def test_the_local_search_starts_from_the_configurations_whose_rows_fit_the_start_budget():
     _, groups = joint_rows(300, [9] * 300)  # 28 rows per ethanol frame
     assert force_field.local_start(groups) == force_field.LOCAL_START_ROWS // 28

@@ -219,6 +219,7 @@ def test_lambda_search_stops_where_the_preconditioner_does_not_factor() -> None:
     assert np.all(np.isinf(model.cv_result_.scores[:2])) and model.cv_iterations_[:2].tolist() == [0, 0]
     np.testing.assert_allclose(model.cv_result_.scores[2:], scored.cv_result_.scores, rtol=1e-9)
     assert model.reg_ == pytest.approx(scored.reg_, rel=1e-12)
+    assert model.cv_result_.at_grid_edge is scored.cv_result_.at_grid_edge  # the unscored λ's are not grid
     with pytest.raises(InputError) as err:
         FalkonRegressor(reg="cv", relative_grid=[1e-30]).fit(p["K_nm"], p["K_mm"], p["Y"])
     assert err.value.source == "reg"

@@ -60,6 +60,28 @@ def test_the_edge_at_a_small_ratio_is_where_the_force_noise_meets_the_floor():
     assert on_grid_edge(SCALE_GRID[-1], 1.0, floor=0.0) and on_grid_edge(SCALE_GRID[18], RATIO_GRID[0], floor=0.0)
 
 
+def not_positive_below(residuals_for, rho_min: float = 0.0, q_min: float = 0.0):
+    """``residuals_for`` with K + Λ not positive definite (None) where ρ < ρ_min or q < q_min."""
+    return lambda q: (lambda rho: None if rho < rho_min or q < q_min else residuals_for(q)(rho))
+
+
+@pytest.mark.parametrize("search", [search_noise, climb_ratios])
+def test_a_choice_beside_a_not_positive_definite_point_is_flagged(search):
+    """The bowl's minimum lies where K + Λ is not positive definite: the search stops at the
+    region's edge, inside the grid's usable ρ and q, and says so; a minimum away from that
+    region is not flagged."""
+    rho_min, q_min = float(SCALE_GRID[10]), float(RATIO_GRID[5])  # 1e-8, 0.1: the climb starts at q = 10
+    in_rho = search(not_positive_below(bowl(1e-20, 10.0), rho_min=rho_min), Y, IS_FORCE, 1.0, 1.0)
+    assert in_rho.reg_energy == pytest.approx(rho_min) and in_rho.at_grid_edge
+    in_q = search(not_positive_below(bowl(1e-4, 1e-6), q_min=q_min), Y, IS_FORCE, 1.0, 1.0)
+    assert in_q.reg_force == pytest.approx(q_min * 1e-4) and in_q.at_grid_edge
+    away = search(not_positive_below(bowl(1e-4, 10.0), rho_min=rho_min), Y, IS_FORCE, 1.0, 1.0)
+    assert away.reg_energy == pytest.approx(1e-4) and not away.at_grid_edge
+    assert on_grid_edge(1e-4, 10.0, 0.0) is False
+    assert on_grid_edge(1e-4, 10.0, 0.0, not_positive=[(1e-4, 1.0)]) is True  # the next smaller ratio failed
+    assert on_grid_edge(1e-4, 10.0, 0.0, not_positive=[(1e-4, 1e-1)]) is False  # two ratios away
+
+
 def lattice_bowl(best: tuple[int, int], not_positive_below: int = -1):
     """Scores (i − i*)² + (j − j*)² + 1 on the lattice, inf for ρ indices ≤ ``not_positive_below``."""
     def score(i: int, j: int) -> float:

@@ -20,7 +20,7 @@ from molntk.regression import (
     loo_residuals,
     select_regularizer,
 )
-from molntk.regression.selection import DEFAULT_RELATIVE_GRID
+from molntk.regression.selection import DEFAULT_RELATIVE_GRID, CVResult
 from tests.helpers.regression import dense_M, feature_problem, fitted_attributes, rbf_problem, ridge_fit_predict
 
 
@@ -118,6 +118,21 @@ def test_chosen_reg_is_the_minimum_of_the_curve(criterion):
     direct = select_regularizer(eigensystem(p["K"]), Z, criterion=criterion, n_folds=4, seed=3)
     np.testing.assert_allclose(curve.scores, direct.scores, rtol=1e-12)
     assert fitted_attributes(model) >= {"reg_", "cv_result_", "condition_number_", "fit_seconds_", "eigenvalues_clipped_"}
+
+
+@pytest.mark.parametrize(("scores", "edge"), [
+    ([np.inf, np.inf, 1.0, 2.0, 3.0], True),  # the smallest λ that was scored
+    ([np.inf, 2.0, 1.0, 3.0, np.inf], False),  # inside the scored λ's
+    ([3.0, 2.0, 1.0, np.inf, np.inf], True),  # the largest scored
+    ([2.0, 1.0, 3.0, 4.0, 5.0], False),
+    ([1.0, 2.0, 3.0, 4.0, 5.0], True),
+])
+def test_grid_edge_counts_only_the_scored_lambdas(scores, edge):
+    """A λ whose solve did not factor is scored inf (the Falkon and sparse searches): it is not
+    a point of the curve, so a minimum beside it lies on the curve's edge."""
+    grid = np.logspace(-8, -4, 5)
+    curve = CVResult("holdout", grid, grid, np.array(scores)[:, None])
+    assert curve.at_grid_edge is edge
 
 
 def test_more_noise_selects_a_larger_regulariser():

@@ -68,6 +68,7 @@ from molntk.data.molecule import Molecule
 from molntk.errors import InputError
 from molntk.features.environments import environment_features
 from molntk.molecular.pooled_derivatives import (
+    TangentFeatures,
     closed_form_expansion,
     closed_form_rows,
     closed_form_supported,
@@ -219,7 +220,10 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
     ``others`` (None: ``molecules``, a symmetric matrix, each pair computed once as
     Θ(M_i, M_j) with i ≤ j: the fast-mode quadrature is symmetric in its two molecules only to
     its accuracy, ≈ 1e-5 relative on the Lebedev grid of band limit 5). ``method`` as
-    :func:`derivative_rows`'s; the closed form computes each molecule's tangent feature maps once.
+    :func:`derivative_rows`'s; the closed form computes each molecule's tangent feature maps once
+and holds those of ``others`` (of every molecule when symmetric) throughout, those of the
+query molecules :data:`CACHED_MOLECULES` at a time (1,000 aspirin frames' maps at 4 Å are
+≈ 3 GB: the inducing-frames model's K_nm is then the kernel's one large array).
 
     ``cache_dir``: the rows of every :data:`CACHED_MOLECULES` molecules (against themselves and
     the molecules after them; with ``others``, against all of those) are stored there as they
@@ -260,16 +264,24 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
                 out[np.ix_(cols[later], rows)] = stored["joint"][:, later].T
             todo[a:b] = False
     if closed and todo.any():
-        tangents = tangent_features(kernel, molecules)
-        tangents2 = tangents if same else tangent_features(kernel, others)
+        # symmetric: every molecule's tangent maps at once (each row meets the later molecules);
+        # with others: theirs at once, the query molecules' a cache block at a time
+        tangents2 = tangent_features(kernel, others)
         budget = value_budget(kernel.ctx.device)
+    chunk: tuple[int, int, TangentFeatures | None] = (0, 0, None)  # query molecules a … b−1, their tangent maps
     for i, mol in enumerate(molecules):
         if not todo[i]:
             continue
         start = i if same else 0
         if closed:
-            rows = DerivativeRows(*closed_form_rows(kernel, tangents.molecules(i, i + 1), tangents2.molecules(start, n2),
-                                                    budget=budget))
+            if same:
+                query = tangents2.molecules(i, i + 1)
+            else:
+                if not chunk[0] <= i < chunk[1]:
+                    stop = min(i - i % CACHED_MOLECULES + CACHED_MOLECULES, n)
+                    chunk = (i, stop, tangent_features(kernel, molecules[i:stop]))
+                query = chunk[2].molecules(i - chunk[0], i - chunk[0] + 1)
+            rows = DerivativeRows(*closed_form_rows(kernel, query, tangents2.molecules(start, n2), budget=budget))
         else:
             rows = derivative_rows(kernel, mol, others[start:], method="autograd")
         cols = np.arange(start, n2)

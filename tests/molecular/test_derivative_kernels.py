@@ -230,6 +230,22 @@ def test_joint_kernel_resumes_from_its_block_cache(frames, tmp_path, monkeypatch
         assert len(computed) == 10
 
 
+def test_joint_kernel_makes_the_query_tangents_a_block_at_a_time(frames, monkeypatch):
+    """Against others (the frames model's N × m rows) the query molecules' tangent maps are
+    made CACHED_MOLECULES at a time (here 2: {0, 1}, {2, 3}, {4}), each once, the others' once,
+    so the N molecules' maps are never held together; the rows equal those of one block of all
+    5 (the same arithmetic per molecule; bound 1e-13 of the largest entry, BLAS rounding)."""
+    k, mols, others = kernel(), frames[:5], frames[5:7]
+    monkeypatch.setattr(derivative_kernels, "CACHED_MOLECULES", 5)
+    whole = joint_kernel(k, mols, others)
+    made, real = [], derivative_kernels.tangent_features
+    monkeypatch.setattr(derivative_kernels, "tangent_features", lambda k_, ms: made.append(list(ms)) or real(k_, ms))
+    monkeypatch.setattr(derivative_kernels, "CACHED_MOLECULES", 2)
+    blocked = joint_kernel(k, mols, others)
+    assert made == [list(others), mols[0:2], mols[2:4], mols[4:5]]
+    np.testing.assert_allclose(blocked, whole, rtol=0, atol=1e-13 * np.abs(whole).max())
+
+
 def test_bad_inputs_name_the_argument(frames):
     k = kernel()
     with pytest.raises(InputError, match="references"):

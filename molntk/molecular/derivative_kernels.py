@@ -223,7 +223,7 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
     :func:`derivative_rows`'s; the closed form computes each molecule's tangent feature maps once
     and holds those of ``others`` (of every molecule when symmetric) throughout, those of the
     query molecules :data:`CACHED_MOLECULES` at a time (1,000 aspirin frames' maps at 4 Å are
-    ≈ 3 GB: the inducing-frames model's K_nm is then the kernel's one large array).
+    4.9 GiB: the inducing-frames model's K_nm is then the kernel's one large array).
 
     ``cache_dir``: the rows of every :data:`CACHED_MOLECULES` molecules (against themselves and
     the molecules after them; with ``others``, against all of those) are stored there as they

@@ -83,8 +83,10 @@ def fit(
             if unit not in ("unknown", FORCE_FIELD_UNIT):
                 raise typer.BadParameter(f"a force field is fitted in {FORCE_FIELD_UNIT} and {FORCE_FIELD_UNIT}/Å "
                                          f"(the readers' force unit), not {unit!r}", param_hint="--unit")
-            result = fit_force_field_file(data, target, Path("models") if out is None else out, inducing=inducing,
-                                          inducing_frames=inducing_frames, baseline=baseline, **read)
+            with job_progress() as progress:
+                result = fit_force_field_file(data, target, Path("models") if out is None else out, inducing=inducing,
+                                              inducing_frames=inducing_frames, baseline=baseline, progress=progress,
+                                              **read)
             kind = ("sparse" if result["sparse"] else
                     "exact" if result["inducing_frames"] is None else f"on {result['inducing_frames']} inducing frames")
             _show(result, f"{data}: SO(3) NTK force field ({kind}) on {result['n_train']} frames", as_json,

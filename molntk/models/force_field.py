@@ -139,6 +139,7 @@ from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, NoiseChoice,
 from molntk.regression.sparse_joint import (fit_sparse_joint, scored_rows, solve_sparse_joint, sparse_joint_host_bytes,
                                             sparse_joint_system)
 from molntk.scale.memory import available_ram_bytes
+from molntk.scale.progress import ProgressCallback
 
 #: Query molecules whose tangent feature maps are computed together when predicting (exact model).
 QUERY_BATCH = 64
@@ -420,7 +421,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
 
     def fit(self, X: Any, energies: Any, forces: Sequence[Any], baseline_results: BaselineResult | None = None,
             *, target: str = "energy", provenance: dict[str, Any] | None = None,
-            kernel_cache: str | Path | None = None) -> SO3ForceFieldRegressor:
+            kernel_cache: str | Path | None = None, progress: ProgressCallback | None = None) -> SO3ForceFieldRegressor:
         """Fit on molecules X, their energies (N,) and forces (a list of (n_i, 3), energy unit
         per Å). With a ``baseline``, on E − E_B and F − F_B (``baseline_results``: the baseline
         of X in ``unit`` computed elsewhere, e.g. cached; None: computed here). ``target``
@@ -430,7 +431,9 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         ``inducing_frames``): a folder where the joint kernel's rows (training configurations
         against themselves, or against the inducing ones) are stored as they are computed
         (:func:`~molntk.molecular.derivative_kernels.joint_kernel`'s ``cache_dir``), so a
-        killed fit resumes from them."""
+        killed fit resumes from them. ``progress(done, total)``: the joint kernel's blocks of
+        training configurations as they are done (exact model and ``inducing_frames``; the
+        sparse model's rows are not reported)."""
         lam_e, lam_f = self._check_params()
         if kernel_cache is not None and self.inducing is not None:
             raise InputError("kernel_cache", "stores a joint kernel of configurations; the sparse model on inducing "
@@ -458,19 +461,19 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         if self.sparse_:
             self._fit_sparse(kernel, molecules, y, is_force, groups, lam_e, lam_f)
         elif self.inducing_frames is not None:
-            self._fit_frames(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache)
+            self._fit_frames(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache, progress)
         else:
-            self._fit_exact(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache)
+            self._fit_exact(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache, progress)
         self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
         self.n_features_in_ = 1
         return self
 
     def _fit_exact(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray, is_force: np.ndarray,
                    groups: list[np.ndarray], lam_e: float | None, lam_f: float | None,
-                   kernel_cache: str | Path | None) -> None:
+                   kernel_cache: str | Path | None, progress: ProgressCallback | None) -> None:
         """α of the joint kernel (module docstring, exact model)."""
         check_exact_memory(len(y), grid_search=lam_e is None and self.noise_search == "grid")
-        K = joint_kernel(kernel, molecules, cache_dir=kernel_cache)
+        K = joint_kernel(kernel, molecules, cache_dir=kernel_cache, progress=progress)
         if lam_e is None:
             choice = (select_noise_local(K, y, is_force, groups, floor=self.psd_rtol, device=kernel.ctx.device)
                       if self.noise_search == "local" else select_noise(K, y, is_force, groups, floor=self.psd_rtol))
@@ -484,14 +487,14 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
 
     def _fit_frames(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray, is_force: np.ndarray,
                     groups: list[np.ndarray], lam_e: float | None, lam_f: float | None,
-                    kernel_cache: str | Path | None) -> None:
+                    kernel_cache: str | Path | None, progress: ProgressCallback | None) -> None:
         """a, b on the inducing configurations (module docstring, ``inducing_frames``); K_nm is
         released once the system is built, before the noise search."""
         frames = inducing_molecules(kernel.describe(molecules), int(self.inducing_frames),
                                     method=self.inducing_selection, seed=int(self.inducing_seed))
         own_rows = np.concatenate([frames, *[groups[i][1:] for i in frames]])  # K_nm's rows in its columns' order
         check_frames_memory(len(y), len(own_rows), len(molecules), scored_rows(groups))
-        K_nm = joint_kernel(kernel, molecules, [molecules[i] for i in frames], cache_dir=kernel_cache)
+        K_nm = joint_kernel(kernel, molecules, [molecules[i] for i in frames], cache_dir=kernel_cache, progress=progress)
         K_mm = K_nm[own_rows]
         system = sparse_joint_system(K_nm, 0.5 * (K_mm + K_mm.T), y, is_force, groups, rank_rtol=self.rank_rtol)
         del K_nm, K_mm
@@ -556,11 +559,14 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             out[i] = rows.theta @ self.energy_coef_ - rows.d_ref @ self.force_coef_
         return base + out
 
-    def predict_forces(self, X: Any, return_energy: bool = False) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
+    def predict_forces(self, X: Any, return_energy: bool = False, *,
+                       progress: ProgressCallback | None = None) -> list[np.ndarray] | tuple[np.ndarray, list[np.ndarray]]:
         """Forces F = −∂E/∂r of the predicted energy, a list of (n_atoms, 3) arrays (energy unit
         per Å); with ``return_energy`` also the energies (n,) of the same pass. Sparse model:
         −Σ_j w_j ∂Θ(M, s_j)/∂r, the force rows contracted with w as they are computed
-        (:func:`~molntk.molecular.force_rows.force_rows` with ``weights``)."""
+        (:func:`~molntk.molecular.force_rows.force_rows` with ``weights``). ``progress(done,
+        total)``: the batches of :data:`QUERY_BATCH` query molecules done (exact model and
+        ``inducing_frames`` in closed form; not reported otherwise)."""
         molecules, base = self._query(X, "predict_forces")
         if self.sparse_:
             rows = force_rows(self.kernel_, molecules, self.inducing_, weights=self.inducing_weights_)
@@ -568,7 +574,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             energies = rows.energy[:, 0]
             forces = [-g.reshape(-1, 3) for g in np.split(rows.gradient[:, 0], splits)]
         else:
-            expansion = self._expansion(molecules)
+            expansion = self._expansion(molecules, progress)
             energies, forces = np.array([e for e, _ in expansion]), [-grad for _, grad in expansion]
         physical = self._baseline_of(molecules)
         if physical is not None:
@@ -576,7 +582,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             forces = [f + np.asarray(g) for f, g in zip(forces, physical.forces)]
         return (base + energies, forces) if return_energy else forces
 
-    def _expansion(self, molecules: list[Molecule]) -> list[tuple[float, np.ndarray]]:
+    def _expansion(self, molecules: list[Molecule], progress: ProgressCallback | None = None) -> list[tuple[float, np.ndarray]]:
         """The exact model's s(M) = Σ_j α_E,j Θ(M, M_j) − Σ_j α_F,jᵀ ∂Θ(M, M_j)/∂r_j and ∂s/∂r
         (n, 3) of each molecule (M_j the training configurations, or the inducing ones with
         ``inducing_frames``): in closed form against their tangents contracted with
@@ -597,6 +603,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             for i in range(len(queries.n_atoms)):
                 value, grad = closed_form_expansion(kernel, queries.molecules(i, i + 1), self._references, a, budget=budget)
                 out.append((value, grad.reshape(-1, 3)))
+            if progress is not None:
+                progress(start // QUERY_BATCH + 1, -(-len(molecules) // QUERY_BATCH))
         return out
 
     # -- files ---------------------------------------------------------------------------

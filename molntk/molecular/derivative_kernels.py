@@ -79,6 +79,7 @@ from molntk.molecular.pooled_derivatives import (
 from molntk.molecular.sets import molecule_digests
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.scale.cache import BlockCache
+from molntk.scale.progress import ProgressCallback
 from molntk.utils.autograd import grads_or_zeros
 
 #: Environment pairs (query × reference) per autograd graph (the graph of a second-order
@@ -210,7 +211,7 @@ def force_offsets(molecules: Sequence[Molecule]) -> np.ndarray:
 
 def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
                  others: Sequence[Molecule] | None = None, *, method: str = "auto",
-                 cache_dir: str | Path | None = None) -> np.ndarray:
+                 cache_dir: str | Path | None = None, progress: ProgressCallback | None = None) -> np.ndarray:
     """The joint covariance of energies and forces, (N + 3Σn) × (N' + 3Σn') (module docstring):
 
         [[Θ,         −∂Θ/∂r'      ],
@@ -229,7 +230,12 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
     the molecules after them; with ``others``, against all of those) are stored there as they
     are computed (:class:`~molntk.scale.cache.BlockCache`, keyed by the kernel's settings, the
     route and the molecules' content), so a killed computation resumes where it stopped and a
-    later call on the same molecules reads the matrix instead of computing it."""
+    later call on the same molecules reads the matrix instead of computing it.
+
+    ``progress(done, total)``: called once the stored blocks are read and after each block of
+    :data:`CACHED_MOLECULES` molecules' rows (total: the blocks of ``molecules``; in the
+    symmetric matrix a block's rows meet only the later molecules, so the first blocks cost
+    the most)."""
     check_kernel(kernel)
     same = others is None
     others = molecules if same else others
@@ -252,6 +258,7 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
         return n + np.arange(n2), rows, np.arange(out.shape[1]), None
 
     todo = np.ones(n, dtype=bool)
+    n_blocks = -(-n // CACHED_MOLECULES)
     if cache is not None:
         for a in range(0, n, CACHED_MOLECULES):
             b = min(a + CACHED_MOLECULES, n)
@@ -263,6 +270,9 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
             if same:  # mirrored into the rows of the later molecules
                 out[np.ix_(cols[later], rows)] = stored["joint"][:, later].T
             todo[a:b] = False
+    blocks_done = n_blocks - len({i // CACHED_MOLECULES for i in np.flatnonzero(todo)})  # read from the cache
+    if progress is not None:
+        progress(blocks_done, n_blocks)
     if closed and todo.any():
         # symmetric: every molecule's tangent maps at once (each row meets the later molecules);
         # with others: theirs at once, the query molecules' a cache block at a time
@@ -300,6 +310,10 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
             a = i - i % CACHED_MOLECULES
             items, rows, cols, _ = block(a, i + 1)
             cache.store(np.arange(a, i + 1), items, {"joint": out[np.ix_(rows, cols)]})
+        if (i + 1) % CACHED_MOLECULES == 0 or i + 1 == n:  # the last row of a block
+            blocks_done += 1
+            if progress is not None:
+                progress(blocks_done, n_blocks)
     return out
 
 

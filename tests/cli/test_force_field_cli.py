@@ -57,6 +57,7 @@ def test_fit_forces_writes_the_force_field_fitted_by_hand_and_names_the_frame_wi
     document = json.loads(result.stdout)
     assert document["result"]["n_train"] == 5 and not document["result"]["sparse"]
     assert len(list((path.parent / "kernel_cache").glob("*/*.npz"))) == 1  # the exact fit's joint kernel, resumable
+    assert "kernel: 1/1 blocks" in result.stderr  # its progress, as plain lines off a terminal
     [failure] = document["result"]["read_failures"]
     assert "forces" in failure
     model = load_model(path)

@@ -162,6 +162,19 @@ def test_the_local_noise_search_flags_a_choice_beside_a_not_positive_definite_po
     assert bounded.at_grid_edge
 
 
+def test_predictions_report_their_batches(tiny, sample, monkeypatch):
+    """``predict_forces(progress=…)``: the batches of QUERY_BATCH query molecules done (here 2:
+    5 molecules, 3 batches), and the same predictions as without it."""
+    model, mols = tiny[0], sample[0][40:45]
+    plain = model.predict_forces(mols)
+    monkeypatch.setattr(force_field, "QUERY_BATCH", 2)
+    calls: list[tuple[int, int]] = []
+    reported = model.predict_forces(mols, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 3), (2, 3), (3, 3)]
+    for a, b in zip(reported, plain):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * np.abs(b).max())
+
+
 def test_the_local_search_starts_from_the_configurations_whose_rows_fit_the_start_budget():
     _, groups = joint_rows(300, [9] * 300)  # 28 rows per ethanol frame
     assert force_field.local_start(groups) == force_field.LOCAL_START_ROWS // 28

@@ -246,6 +246,37 @@ def test_joint_kernel_makes_the_query_tangents_a_block_at_a_time(frames, monkeyp
     np.testing.assert_allclose(blocked, whole, rtol=0, atol=1e-13 * np.abs(whole).max())
 
 
+def test_joint_kernel_reports_its_blocks(frames, tmp_path, monkeypatch):
+    """``progress(done, total)`` once the stored blocks are read and after each block of rows
+    (blocks of 2 of 5 molecules: 3): 0 … 3 computed; a resumed computation starts at the
+    blocks it read (1, killed in the second block), a stored matrix reports 3 of 3 at once."""
+    monkeypatch.setattr(derivative_kernels, "CACHED_MOLECULES", 2)
+    k, mols = kernel(), frames[:5]
+    calls: list[tuple[int, int]] = []
+    joint_kernel(k, mols, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    real_rows, computed = derivative_kernels.closed_form_rows, []
+
+    def killed_in_the_second_block(kernel_, query, references, **kw):
+        computed.append(query)
+        if len(computed) == 3:
+            raise RuntimeError("killed")
+        return real_rows(kernel_, query, references, **kw)
+
+    monkeypatch.setattr(derivative_kernels, "closed_form_rows", killed_in_the_second_block)
+    calls.clear()
+    with pytest.raises(RuntimeError, match="killed"):
+        joint_kernel(k, mols, cache_dir=tmp_path, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(0, 3), (1, 3)]
+    monkeypatch.setattr(derivative_kernels, "closed_form_rows", real_rows)
+    calls.clear()
+    joint_kernel(k, mols, cache_dir=tmp_path, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 3), (2, 3), (3, 3)]
+    calls.clear()
+    joint_kernel(k, mols, cache_dir=tmp_path, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(3, 3)]
+
+
 def test_bad_inputs_name_the_argument(frames):
     k = kernel()
     with pytest.raises(InputError, match="references"):

@@ -73,7 +73,16 @@ def test_a_tiny_run_writes_its_files_and_force_training_beats_energy_training_on
         " so3_forces_frames: {params: {grid_band_limit: 3, inducing_frames: 3}},"
         " sgdml: {sigmas: [20.0], validation_fraction: 0.25}}\n"
         "compute: {threads: 1}\n")), [f"output={tmp_path / 'out'}"])
-    result = TASKS[config.task].run(config, "md.yaml")
+    calls: list[tuple[str, int, int]] = []
+    result = TASKS[config.task].run(config, "md.yaml", lambda label, done, total: calls.append((label, done, total)))
+    # progress: every fit, and the closed-form force fields' kernel blocks (≤ 16 frames: one)
+    # and prediction batches (6 test frames: one), each label ending at total of total
+    last = {label: (done, total) for label, done, total in calls}
+    kernels = {f"{m} N={n} kernel" for m, n in (("so3-ntk-forces", 4), ("so3-ntk-forces", 8),  # no inducing: exact
+                                                ("so3-ntk-forces-exact", 4), ("so3-ntk-forces-frames", 4),
+                                                ("so3-ntk-forces-frames", 8))}
+    assert last == {"fits": (9, 9), **{k: (1, 1) for k in kernels},
+                    **{k.replace("kernel", "predict"): (1, 1) for k in kernels}}
     out = tmp_path / "out"
     for name in ("report.json", "config.yaml", "metrics.csv", "learning_curve_energy.png", "learning_curve_forces.png"):
         assert (out / name).is_file(), name

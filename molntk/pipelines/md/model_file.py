@@ -32,6 +32,7 @@ from molntk.models.model_files import MODEL_SUFFIX
 from molntk.pipelines.files import output_dir, result_set
 from molntk.pipelines.md.fits import KERNEL_FOLDER
 from molntk.scale.devices import resolve_device
+from molntk.scale.progress import Progress, labelled
 
 #: The energy unit a force field is fitted in: the readers give forces in eV/Å.
 FORCE_FIELD_UNIT = "eV"
@@ -39,11 +40,12 @@ FORCE_FIELD_UNIT = "eV"
 
 def fit_force_field_file(path: str | Path, target: str, out: str | Path, *, inducing: int | None = None,
                          inducing_frames: int | None = None, baseline: str | None = None, device: str = "auto",
-                         **read: Any) -> dict[str, Any]:
+                         progress: Progress | None = None, **read: Any) -> dict[str, Any]:
     """Fit and write the force field of the labelled file ``path`` (module docstring); returns
     ``{"output", "model_files": {target: path}, "n_train", "read_failures", "sparse",
     "inducing_frames", "reg_energy", "reg_force"}``. ``out`` is checked writable before the file is read; an InputError names
-    the file when no frame with an energy and forces could be read."""
+    the file when no frame with an energy and forces could be read. ``progress``: the joint
+    kernel's blocks, labelled ``"kernel"`` (:meth:`SO3ForceFieldRegressor.fit`)."""
     folder = output_dir(Path(path).stem, out)
     data = read_labelled(path, target, forces=True, **read)
     if not data.molecules:
@@ -52,7 +54,7 @@ def fit_force_field_file(path: str | Path, target: str, out: str | Path, *, indu
                                    baseline=baseline, unit=FORCE_FIELD_UNIT, device=str(resolve_device(device)),
                                    noise_search="grid" if inducing is not None else "local")
     model.fit(data.molecules, data.targets[target], data.forces, target=target, provenance=data.provenance(read),
-              kernel_cache=folder / KERNEL_FOLDER if inducing is None else None)
+              kernel_cache=folder / KERNEL_FOLDER if inducing is None else None, progress=labelled(progress, "kernel"))
     with result_set(folder) as stage:
         model.save(stage / f"{target}{MODEL_SUFFIX}")
     return {

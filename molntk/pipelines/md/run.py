@@ -30,7 +30,7 @@ from molntk.pipelines.md.config import MDForceFieldConfig, MDSplitConfig
 from molntk.pipelines.md.fits import FOLDER, KERNEL_FOLDER, FitStore
 from molntk.regression.metrics import mae, mean_error_interval, rmse
 from molntk.scale.devices import torch_threads
-from molntk.scale.progress import Progress
+from molntk.scale.progress import Progress, labelled
 from molntk.utils.files import sha256_file
 
 #: Fitted attributes reported as each model's chosen hyperparameters, where the model (or
@@ -98,23 +98,31 @@ def split(config: MDSplitConfig, n_frames: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray, train: np.ndarray,
-             test: np.ndarray, unit: str, kernel_cache: Path | None = None) -> dict[str, Any]:
+             test: np.ndarray, unit: str, kernel_cache: Path | None = None,
+             progress: Progress | None = None) -> dict[str, Any]:
     """Fit ``estimator`` on the frames ``train`` (energies and forces; the energy-only
     model ignores the forces), predict energies and forces of ``test``: one record.
     ``kernel_cache``: where an exact SO(3) force field, or one on inducing frames, stores its
-    joint kernel's rows (a killed fit resumes; :meth:`SO3ForceFieldRegressor.fit`)."""
+    joint kernel's rows (a killed fit resumes; :meth:`SO3ForceFieldRegressor.fit`). ``progress``:
+    such a force field's kernel blocks and prediction batches, labelled ``"<name> N=<n>
+    kernel"`` and ``"… predict"`` (:meth:`SO3ForceFieldRegressor.fit`, ``predict_forces``)."""
     pick = lambda rows: [data.molecules[i] for i in rows]  # noqa: E731
     forces = [data.forces[i] for i in train]
     tic = time.perf_counter()
     if isinstance(estimator, SO3NTKRegressor):
         estimator.fit(pick(train), energies[train])
     elif isinstance(estimator, SO3ForceFieldRegressor) and estimator.inducing is None:
-        estimator.fit(pick(train), energies[train], forces, kernel_cache=kernel_cache)
+        estimator.fit(pick(train), energies[train], forces, kernel_cache=kernel_cache,
+                      progress=labelled(progress, f"{name} N={len(train)} kernel"))
     else:
         estimator.fit(pick(train), energies[train], forces)
     fit_seconds = time.perf_counter() - tic
     tic = time.perf_counter()
-    e_pred, f_pred = estimator.predict_forces(pick(test), return_energy=True)
+    if isinstance(estimator, SO3ForceFieldRegressor):
+        e_pred, f_pred = estimator.predict_forces(pick(test), return_energy=True,
+                                                  progress=labelled(progress, f"{name} N={len(train)} predict"))
+    else:
+        e_pred, f_pred = estimator.predict_forces(pick(test), return_energy=True)
     predict_seconds = time.perf_counter() - tic
     f_true, f_flat = np.concatenate([data.forces[i] for i in test]).ravel(), np.concatenate(f_pred).ravel()
     energy_errors = np.abs(energies[test] - np.asarray(e_pred))
@@ -170,7 +178,8 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     """Run the learning curves, write the files and return ``{"output", "results", "comparisons"
     (:func:`paired_comparisons`), "data",
     "failures", "failed_fits", "skipped_fits", "wall_seconds"}``; ``progress("fits", done,
-    total)`` after each fit. A model is fitted at the sizes up to its ``max_n_train``; the
+    total)`` after each fit, and within the SO(3) force fields' fits their kernel blocks and
+    prediction batches (:func:`evaluate`). A model is fitted at the sizes up to its ``max_n_train``; the
     others are listed in ``skipped_fits``. Each fit's record is stored as it finishes
     (:mod:`~molntk.pipelines.md.fits`, ``cache: true``): a rerun resumes, and an exact SO(3)
     force field or one on inducing frames stores its joint kernel's rows as they are computed
@@ -200,7 +209,7 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
             if record is None:
                 try:
                     record = evaluate(name, clone(models[name]), data, energies, pool[:n], test, config.data.energy_unit,
-                                      out / KERNEL_FOLDER if config.cache else None)
+                                      out / KERNEL_FOLDER if config.cache else None, progress)
                 except Exception as err:  # a batch job: report the fit, go on with the others
                     failed.append({"model": name, "n_train": n, "error": f"{type(err).__name__}: {err}"})
                 else:

@@ -11,7 +11,8 @@ import pytest
 
 from molntk.config import ConfigValidationError
 from molntk.data.labelled import read_labelled
-from molntk.errors import InputError
+from molntk.errors import InputError, MolntkError
+from molntk.models.force_field import SO3ForceFieldRegressor
 from molntk.pipelines.md.run import estimators, split
 from molntk.pipelines.tasks import TASKS
 
@@ -151,9 +152,42 @@ def test_a_failing_fit_is_reported_the_others_go_on_and_a_rerun_fits_only_what_i
     assert again["results"][0]["force_mae"] == pytest.approx(first["results"][0]["force_mae"], rel=1e-15)
 
 
-def test_without_the_cache_nothing_is_stored_and_a_run_whose_every_fit_fails_says_so(tmp_path):
-    from molntk.errors import MolntkError
+def test_a_run_killed_while_predicting_predicts_again_from_the_stored_force_field(tmp_path, monkeypatch):
+    """The frames model's predictions raise on the first run (a kill while predicting): the fit
+    is reported failed, but its force field is already stored (``fit_cache/<key>.molntk.npz``).
+    The rerun reads it instead of fitting (fit not called), its record keeps the first run's
+    fit seconds, and its errors equal those of an uninterrupted run in another folder (the
+    same model: 1e-10 relative, the kernel recomputed from the file's molecules)."""
+    from molntk.pipelines.md import run as md_run
 
+    text = ("split: {n_train: [5], n_test: 4, seed: 0}\n"
+            "models: {so3_forces: null, so3_energy: null, sgdml: null,"
+            " so3_forces_frames: {params: {grid_band_limit: 3, inducing_frames: 2}}}\n"
+            "compute: {threads: 1}\n")
+    config = TASKS.load(write_config(tmp_path, text), [f"output={tmp_path / 'out'}"])
+    real_predict = SO3ForceFieldRegressor.predict_forces
+
+    def killed(self, *args, **kwargs):
+        raise RuntimeError("killed while predicting")
+
+    monkeypatch.setattr(SO3ForceFieldRegressor, "predict_forces", killed)
+    with pytest.raises(MolntkError, match="killed while predicting"):
+        TASKS[config.task].run(config, "md.yaml")
+    [stored] = (tmp_path / "out" / "fit_cache").glob("*.molntk.npz")
+    fit_seconds = SO3ForceFieldRegressor.load(stored).provenance_["fit_seconds"]
+    monkeypatch.setattr(SO3ForceFieldRegressor, "predict_forces", real_predict)
+    monkeypatch.setattr(SO3ForceFieldRegressor, "fit", lambda *a, **k: pytest.fail("fitted again"))
+    [again] = TASKS[config.task].run(config, "md.yaml")["results"]
+    assert again["fit_seconds"] == fit_seconds
+    monkeypatch.undo()
+    fresh = TASKS.load(write_config(tmp_path, text), [f"output={tmp_path / 'fresh'}"])
+    [plain] = TASKS[fresh.task].run(fresh, "md.yaml")["results"]
+    for key in ("energy_mae", "force_mae"):
+        assert again[key] == pytest.approx(plain[key], rel=1e-10)
+    assert md_run.FRAME_ERRORS not in again
+
+
+def test_without_the_cache_nothing_is_stored_and_a_run_whose_every_fit_fails_says_so(tmp_path):
     config = TASKS.load(write_config(tmp_path, (
         "split: {n_train: [4], n_test: 4, seed: 0}\ncache: false\n"
         "models: {so3_forces: null, so3_energy: null, sgdml: {sigmas: [10.0, 20.0], validation_fraction: 0.1}}\n")),

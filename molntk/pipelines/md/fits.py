@@ -7,7 +7,10 @@ A record is stored as ``<output>/fit_cache/<key>.json`` with
 
 the content that determines it; written atomically (whole or absent). A rerun of the same
 config finds the records of the fits it already made and fits only the rest; a record
-whose file is unreadable is fitted again. Its ``fit_seconds`` and ``predict_seconds`` are
+whose file is unreadable is fitted again. An SO(3) force field is also stored as soon as it
+is fitted, before its predictions, as ``<key>.molntk.npz`` (its model file, with the fit's
+seconds in its provenance): a run killed while predicting (half an hour for 1,000 aspirin
+test frames) predicts again without fitting again. Its ``fit_seconds`` and ``predict_seconds`` are
 those of the run that made it. The key names the molntk version, not the code: whoever
 changes the code between runs of one version deletes ``fit_cache/`` (as ``kernel_cache/`` of
 the QM9 task, :mod:`molntk.scale.cache`).
@@ -21,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from molntk._version import __version__
+from molntk.errors import ModelFileError
+from molntk.models.force_field import SO3ForceFieldRegressor
+from molntk.models.model_files import MODEL_SUFFIX
 from molntk.pipelines.files import jsonable
 from molntk.utils.files import atomic_write_json
 
@@ -45,6 +51,12 @@ class FitStore:
                               sort_keys=True)
         return folder / f"{hashlib.sha256(material.encode()).hexdigest()[:40]}.json"
 
+    def model_file(self, model: str, params: dict[str, Any], n_train: int) -> Path | None:
+        """Where this fit's fitted force field is kept (None without a store)."""
+        if self.folder is None:
+            return None
+        return self._path(self.folder, model, params, n_train).with_suffix(MODEL_SUFFIX)
+
     def load(self, model: str, params: dict[str, Any], n_train: int) -> dict[str, Any] | None:
         """The stored record of this fit, or None (none stored, unreadable, or no store)."""
         if self.folder is None:
@@ -58,3 +70,24 @@ class FitStore:
         """Store ``record`` atomically (nothing without a store)."""
         if self.folder is not None:
             atomic_write_json(self._path(self.folder, model, params, n_train), jsonable(record))
+
+
+def load_fitted(path: Path | None) -> tuple[SO3ForceFieldRegressor, float] | None:
+    """The force field stored at ``path`` by :func:`save_fitted` and its fit's seconds, or None
+    (no path, no file, or a file that is not such a model)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        model = SO3ForceFieldRegressor.load(path)
+    except ModelFileError:
+        return None
+    seconds = model.provenance_.get("fit_seconds")
+    return None if seconds is None else (model, float(seconds))
+
+
+def save_fitted(path: Path | None, model: SO3ForceFieldRegressor, fit_seconds: float) -> None:
+    """Store the fitted ``model`` at ``path`` (atomically; nothing without a path), its fit's
+    seconds added to its provenance."""
+    if path is not None:
+        model.provenance_ = {**model.provenance_, "fit_seconds": fit_seconds}
+        model.save(path)

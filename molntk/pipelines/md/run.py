@@ -27,7 +27,7 @@ from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.pipelines.comparisons import lowest_against_others
 from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, write_metrics_csv, write_report
 from molntk.pipelines.md.config import MDForceFieldConfig, MDSplitConfig
-from molntk.pipelines.md.fits import FOLDER, KERNEL_FOLDER, FitStore
+from molntk.pipelines.md.fits import FOLDER, KERNEL_FOLDER, FitStore, load_fitted, save_fitted
 from molntk.regression.metrics import mae, mean_error_interval, rmse
 from molntk.scale.devices import torch_threads
 from molntk.scale.progress import Progress, labelled
@@ -99,24 +99,33 @@ def split(config: MDSplitConfig, n_frames: int) -> tuple[np.ndarray, np.ndarray]
 
 def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray, train: np.ndarray,
              test: np.ndarray, unit: str, kernel_cache: Path | None = None,
-             progress: Progress | None = None) -> dict[str, Any]:
+             progress: Progress | None = None, model_file: Path | None = None) -> dict[str, Any]:
     """Fit ``estimator`` on the frames ``train`` (energies and forces; the energy-only
     model ignores the forces), predict energies and forces of ``test``: one record.
     ``kernel_cache``: where an exact SO(3) force field, or one on inducing frames, stores its
     joint kernel's rows (a killed fit resumes; :meth:`SO3ForceFieldRegressor.fit`). ``progress``:
     such a force field's kernel blocks and prediction batches, labelled ``"<name> N=<n>
-    kernel"`` and ``"… predict"`` (:meth:`SO3ForceFieldRegressor.fit`, ``predict_forces``)."""
+    kernel"`` and ``"… predict"`` (:meth:`SO3ForceFieldRegressor.fit`, ``predict_forces``).
+    ``model_file``: where such a force field is stored once fitted, and read instead of
+    fitting when it is there (:func:`~molntk.pipelines.md.fits.load_fitted`)."""
     pick = lambda rows: [data.molecules[i] for i in rows]  # noqa: E731
     forces = [data.forces[i] for i in train]
+    stored = load_fitted(model_file) if isinstance(estimator, SO3ForceFieldRegressor) else None
     tic = time.perf_counter()
-    if isinstance(estimator, SO3NTKRegressor):
+    if stored is not None:
+        estimator, fit_seconds = stored
+    elif isinstance(estimator, SO3NTKRegressor):
         estimator.fit(pick(train), energies[train])
-    elif isinstance(estimator, SO3ForceFieldRegressor) and estimator.inducing is None:
-        estimator.fit(pick(train), energies[train], forces, kernel_cache=kernel_cache,
+    elif isinstance(estimator, SO3ForceFieldRegressor):
+        estimator.fit(pick(train), energies[train], forces,
+                      kernel_cache=kernel_cache if estimator.inducing is None else None,
                       progress=labelled(progress, f"{name} N={len(train)} kernel"))
     else:
         estimator.fit(pick(train), energies[train], forces)
-    fit_seconds = time.perf_counter() - tic
+    if stored is None:
+        fit_seconds = time.perf_counter() - tic
+        if isinstance(estimator, SO3ForceFieldRegressor):
+            save_fitted(model_file, estimator, fit_seconds)
     tic = time.perf_counter()
     if isinstance(estimator, SO3ForceFieldRegressor):
         e_pred, f_pred = estimator.predict_forces(pick(test), return_energy=True,
@@ -183,7 +192,8 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     others are listed in ``skipped_fits``. Each fit's record is stored as it finishes
     (:mod:`~molntk.pipelines.md.fits`, ``cache: true``): a rerun resumes, and an exact SO(3)
     force field or one on inducing frames stores its joint kernel's rows as they are computed
-    (``kernel_cache/``), so a fit killed halfway resumes too. A fit that raises is reported in ``failed_fits`` ({model,
+    (``kernel_cache/``), so a fit killed halfway resumes too; an SO(3) force field is stored
+    once fitted, before its predictions (``fit_cache/<key>.molntk.npz``). A fit that raises is reported in ``failed_fits`` ({model,
     n_train, error}) and the others go on; MolntkError when every fit failed."""
     start = time.perf_counter()
     out = output_dir(config.name, config.output)  # checked before any work
@@ -209,7 +219,8 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
             if record is None:
                 try:
                     record = evaluate(name, clone(models[name]), data, energies, pool[:n], test, config.data.energy_unit,
-                                      out / KERNEL_FOLDER if config.cache else None, progress)
+                                      out / KERNEL_FOLDER if config.cache else None, progress,
+                                      store.model_file(name, params, n))
                 except Exception as err:  # a batch job: report the fit, go on with the others
                     failed.append({"model": name, "n_train": n, "error": f"{type(err).__name__}: {err}"})
                 else:

@@ -59,7 +59,7 @@ def job_progress() -> Iterator[Progress]:
     terminal (label, bar, blocks done, elapsed, remaining), else :class:`ProgressLines`."""
     console = stderr()
     if not console.is_terminal:
-        yield ProgressLines(console.print)
+        yield ProgressLines(lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False))
         return
     columns = (TextColumn("{task.description:<18}"), BarColumn(), TextColumn("{task.completed}/{task.total} blocks"),
                TimeElapsedColumn(), TimeRemainingColumn())

@@ -372,6 +372,18 @@ def test_subprocess_config_error_exit_code(tmp_path: Path) -> None:
     assert done.stdout == ""
 
 
+def test_progress_lines_in_a_log_are_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
+    """Off a terminal a report is one line whatever its length (a log stays greppable; rich
+    would wrap it at 80 columns), its text as given (no markup)."""
+    from molntk.cli.progress import job_progress
+
+    label = "so3-ntk-forces-frames-150-fps N=1000 kernel [r_cut 4 Å]"
+    with job_progress() as progress:
+        progress(label, 11, 63)
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{label}: 11/63 blocks, ") and len(line) > 80
+
+
 def test_progress_lines_report_first_last_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plain progress lines: the first block, then at most one per ``every`` seconds, and the
     last; the ETA is (total − done) / rate at the label's mean rate since its first report."""

@@ -175,6 +175,23 @@ def test_predictions_report_their_batches(tiny, sample, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * np.abs(b).max())
 
 
+def test_the_device_solve_is_the_hosts(tiny):
+    """The fit's solve on a GPU (``solve_joint_on_device``, torch's Cholesky) run here on a CPU
+    tensor: the same α as the host's blocked Cholesky (condition ≲ 1e6: 1e-9 relative), and LU
+    where K + Λ is not positive definite (a negative λ on one row), equal to numpy's solve."""
+    model, mols = tiny[0], tiny[1]
+    K = force_field.joint_kernel(model.kernel_, mols)
+    is_force, _ = joint_rows(len(mols), [m.n_atoms for m in mols])
+    y = np.random.default_rng(1).normal(size=len(is_force))
+    lam = np.where(is_force, 1e-2, 1e-3)
+    host = force_field.solve_joint(K, y, is_force, 1e-3, 1e-2)
+    device = force_field.solve_joint_on_device(torch.tensor(K), y, lam)
+    np.testing.assert_allclose(device, host, rtol=0, atol=1e-9 * np.abs(host).max())
+    lam[0] = -2 * K[0, 0]  # indefinite: the Cholesky fails, LU solves
+    device = force_field.solve_joint_on_device(torch.tensor(K), y, lam)
+    np.testing.assert_allclose(device, np.linalg.solve(K + np.diag(lam), y), rtol=1e-8)
+
+
 def test_the_local_search_starts_from_the_configurations_whose_rows_fit_the_start_budget():
     _, groups = joint_rows(300, [9] * 300)  # 28 rows per ethanol frame
     assert force_field.local_start(groups) == force_field.LOCAL_START_ROWS // 28

@@ -238,6 +238,7 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
     k_dev, y_dev = torch.as_tensor(K, device=device), torch.as_tensor(y, device=device)
     force_dev = torch.as_tensor(is_force, device=device)
     scores: dict[tuple[int, int], float] = {}
+    not_positive: list[tuple[float, float]] = []  # (ρ, q) scored and not positive definite
     factorisations = start_choice.factorisations
 
     def score(i: int, j: int) -> float:
@@ -251,6 +252,8 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
                 factorisations += 1
                 if residuals is not None:
                     value = loo_criterion(residuals, y, is_force)
+                else:
+                    not_positive.append((rho, q))
                 if trace is not None:
                     trace.append({"rho": rho, "q": q, "score": None if residuals is None else value})
             scores[(i, j)] = value
@@ -258,8 +261,6 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
 
     i, j = climb_noise(score, start)
     rho, q = SCALE_GRID[i], RATIO_GRID[j]
-    not_positive = [(float(SCALE_GRID[a]), float(RATIO_GRID[b])) for (a, b), value in scores.items()
-                    if not np.isfinite(value) and SCALE_GRID[a] >= floor and RATIO_GRID[b] * SCALE_GRID[a] >= floor]
     return NoiseChoice(float(rho) * scale_e, float(q * rho) * scale_f, scores[(i, j)],
                        on_grid_edge(rho, q, floor, not_positive=not_positive), factorisations)
 

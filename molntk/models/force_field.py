@@ -46,11 +46,11 @@ contracted with −α_F once per fitted model (:mod:`molntk.molecular.pooled_der
 other networks by autograd of that expression
 (:func:`~molntk.molecular.derivative_kernels.expansion_energy_and_gradient`).
 
-Cost: fitting computes the joint kernel, N(N+1)/2 molecule pairs (closed form: ≈ 16 ms per
-ethanol pair on the grid of band limit 7, one thread of a loaded 2-core machine; autograd,
-other networks: (3n + 2) passes, ≈ 200 ms), and factorises an (N + 3Σn) matrix once per
-ratio of the noise grid; predicting costs ≈ 7 ms per (test, training) pair in closed form
-(``benchmarks/derivative_kernels.py``).
+Cost: fitting computes the joint kernel, N(N+1)/2 molecule pairs (closed form: ≈ 4.5 ms per
+ethanol pair on the grid of band limit 7, one CPU thread, ≈ 33 ms per aspirin pair with 4 Å
+maps; autograd, other networks: (3n + 2) passes, ≈ 70 ms per ethanol pair), and factorises an
+(N + 3Σn) matrix once per ratio of the noise grid; predicting costs ≈ 1.7 ms per (test,
+training) ethanol pair in closed form (``benchmarks/derivative_kernels.py``).
 
 Sparse mode (``inducing=m``, GAP-style, for N in the thousands): m inducing environments s_j
 chosen among the training environments (:func:`~molntk.features.inducing.inducing_environments`,

@@ -15,8 +15,8 @@ component d of atom a.
 Two routes compute these blocks. For the one-hidden-layer pooled networks (Lift → σ → Pool →
 Dense, the recipe's default) :mod:`~molntk.molecular.pooled_derivatives` evaluates them in
 closed form from the lift's moments with the tangent feature maps (``method="closed-form"``,
-the default where it applies: ≈ 16 ms per ethanol pair on the Lebedev grid of band limit 7,
-one thread of a loaded 2-core machine, against ≈ 200 ms for autograd,
+the default where it applies: ≈ 4.5 ms per ethanol pair on the Lebedev grid of band limit 7,
+one CPU thread, against ≈ 70 ms for autograd,
 ``benchmarks/derivative_kernels.py``). Every other network
 takes the autograd route below (``method="autograd"``); the two agree to rounding
 (tests/molecular/test_pooled_derivatives.py).

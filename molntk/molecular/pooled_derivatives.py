@@ -33,10 +33,11 @@ zero unless atom e/3 is in a's environment (:mod:`molntk.features.pair_jacobians
 
 The autograd route (:mod:`molntk.molecular.derivative_kernels`) computes the same numbers for
 every network, with 3n second-order backward passes through the feature maps. Cost here, per
-environment pair with K support points and 3n, 3n' coordinates: K·L3² multiply-adds for H
-(one GEMM over the support; with few reference tangents 2·3n'·K·L3 instead), the g-values on
-the support (K points), and (3n + 3n')·C·L3 for the moments: ≈ 16 ms per ethanol pair on
-the Lebedev grid of band limit 7 (K = 1,036) on one CPU thread, against ≈ 200 ms for
+environment pair with K support points and 3n, 3n' coordinates: K·r + r·L3² multiply-adds
+for H (two GEMMs through the r = 165 products' basis of the measure, instead of K·L3² = 1.3
+million on the grid of band limit 7; with few reference tangents 2·3n'·K·L3 instead), the g-values on
+the support (K points), and (3n + 3n')·C·L3 for the moments: ≈ 4.5 ms per ethanol pair on
+the Lebedev grid of band limit 7 (K = 1,036) on one CPU thread, against ≈ 70 ms for
 autograd (``benchmarks/derivative_kernels.py``). The mean of a fitted energy+force model
 needs only Σ_j a_j Θ + Σ_j b_jᵀ ∂Θ/∂r'_j and its gradient (:func:`closed_form_expansion`):
 every term is then a u-sum against C[·, f̂_b] or C[·, T'_b] along the query tangents, pulled
@@ -203,7 +204,7 @@ def pair_derivatives(kernel: SO3MolecularKernel, query: TangentFeatures, refs: T
     theta, d_query, d_ref = zeros(n_ref), zeros(e3, n_ref), zeros(n_ref, r3)
     mixed = zeros(n_ref, e3, r3) if second else None
     many = second and 2 * r3 >= table.shape[1]  # the curvature term through H (:func:`_curvature_term`)
-    products = ctx.measure.support_products(lift.band_limit, ctx.dtype, ctx.device) if many else None
+    products = ctx.measure.support_product_basis(lift.band_limit, ctx.dtype, ctx.device) if many else None
     for a_rows, b_rows in _groups(kernel.pairing, query.numbers, refs.numbers):
         xa, xb, ta, tb = query.coeffs[a_rows], refs.coeffs[b_rows], query.tangents[a_rows], refs.tangents[b_rows]
         n_a, n_b = len(a_rows), len(b_rows)
@@ -236,22 +237,20 @@ def pair_derivatives(kernel: SO3MolecularKernel, query: TangentFeatures, refs: T
 
 
 def _curvature_term(m_q: Tensor, m_r: Tensor, h: Tensor, table: Tensor,
-                    products: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
+                    products: tuple[Tensor, Tensor] | None) -> Tensor:
     """Σ_a Σ_u h_ab(u) (m_e · D(u)) (m'_ε · D(u)) per reference environment b, (B, 3n, 3n'), for
     the moments m_q (A, B, 3n, L3), m_r (A, B, 3n', L3) and weights h (A, B, K). With many
-    reference tangents as m_eᵀ H m'_ε, H = Σ_u h(u) D(u) D(u)ᵀ (one GEMM of K × L3(L3 + 1)/2 per
-    pair: H is symmetric; ``products``: the measure's ``support_products``); with few
-    (2·3n' < L3: small reference molecules; ``products`` None), by synthesising m'_ε · D(u) on the
-    support, weighting it by h and projecting it back (2 · 3n' · K · L3 per pair)."""
+    reference tangents as m_eᵀ H m'_ε, H = Σ_u h(u) D(u) D(u)ᵀ = (h · basis) · coefficients
+    (``products``: the measure's ``support_product_basis``, two GEMMs of K × r and r × L3² per
+    pair, r = 165 for L = 3); with few (2·3n' < L3: small reference molecules; ``products``
+    None), by synthesising m'_ε · D(u) on the support, weighting it by h and projecting it
+    back (2 · 3n' · K · L3 per pair)."""
     n_a, n_b, r3, side = m_r.shape
     if products is None:
         projected = ((m_r @ table.T) * h[:, :, None]) @ table  # (A, B, 3n', L3)
         return (m_q @ projected.transpose(-1, -2)).sum(0)
-    i, j, pairs = products
-    upper = (h.flatten(0, 1) @ pairs).view(n_a, n_b, -1)  # H is symmetric: its upper triangle
-    curvature = h.new_empty(n_a, n_b, side, side)
-    curvature[..., i, j] = upper
-    curvature[..., j, i] = upper
+    basis, coefficients = products
+    curvature = ((h.flatten(0, 1) @ basis) @ coefficients).view(n_a, n_b, side, side)
     return ((m_q @ curvature) @ m_r.transpose(-1, -2)).sum(0)
 
 

@@ -69,15 +69,25 @@ class SO3Measure:
             self._tables[key] = ((table * w[:, None]).contiguous(), (table * deg).contiguous())
         return self._tables[key]
 
-    def support_products(self, band_limit: int, dtype: torch.dtype, device) -> tuple[Tensor, Tensor, Tensor]:
-        """(i, j, D(u_k)_i D(u_k)_j) over the pairs i ≤ j of the flattened table's L3 columns, at
-        the K support points (no identity row): shape (K, L3(L3 + 1)/2); made once per band
-        limit, dtype and device (the curvature terms of the closed-form derivative kernels)."""
+    def support_product_basis(self, band_limit: int, dtype: torch.dtype, device) -> tuple[Tensor, Tensor]:
+        """(basis, coefficients) with D(u_k)_i D(u_k)_j = Σ_s basis[k, s] coefficients[s, i·L3 + j]
+        over the L3 columns of the flattened table at the K support points (no identity row):
+        basis (K, r) orthonormal, coefficients = basisᵀ P for the product table P (K, L3²).
+        Products of D^l and D^l' entries are combinations of D^λ entries with λ ≤ l + l'
+        (Clebsch–Gordan), so P has rank r ≤ Σ_{λ ≤ 2L−2} (2λ+1)² (165 for L = 3) and
+        Σ_k h_k D(u_k) D(u_k)ᵀ = (h · basis) · coefficients costs K·r + r·L3² instead of
+        K·L3²; the basis is P's left singular vectors above 1e-10 of its largest singular value,
+        computed once per band limit, dtype and device in float64 (the curvature terms of the
+        closed-form derivative kernels)."""
         key = ("products", band_limit, dtype, str(device))
         if key not in self._tables:
-            table = self.table(band_limit, dtype, device)[:-1]
-            i, j = torch.triu_indices(table.shape[1], table.shape[1], device=table.device)
-            self._tables[key] = (i, j, (table[:, i] * table[:, j]).contiguous())
+            table = self.table(band_limit, torch.float64, "cpu")[:-1]
+            products = (table[:, :, None] * table[:, None, :]).flatten(1)
+            left, singular, _ = torch.linalg.svd(products, full_matrices=False)
+            basis = left[:, singular > 1e-10 * singular[0]]
+            coefficients = basis.T @ products
+            self._tables[key] = (basis.to(dtype=dtype, device=device).contiguous(),
+                                 coefficients.to(dtype=dtype, device=device).contiguous())
         return self._tables[key]
 
     def mean_weights(self, dtype: torch.dtype, device) -> Tensor:

@@ -203,8 +203,9 @@ def pair_derivatives(kernel: SO3MolecularKernel, query: TangentFeatures, refs: T
     zeros = lambda *shape: query.coeffs.new_zeros(*shape)  # noqa: E731
     theta, d_query, d_ref = zeros(n_ref), zeros(e3, n_ref), zeros(n_ref, r3)
     mixed = zeros(n_ref, e3, r3) if second else None
-    many = second and 2 * r3 >= table.shape[1]  # the curvature term through H (:func:`_curvature_term`)
-    products = ctx.measure.support_product_basis(lift.band_limit, ctx.dtype, ctx.device) if many else None
+    products = ctx.measure.support_product_basis(lift.band_limit, ctx.dtype, ctx.device) if second else None
+    if products is not None and not _curvature_through_basis(e3, r3, *table.shape, products[0].shape[1]):
+        products = None  # few reference coordinates: the projection (:func:`_curvature_term`)
     for a_rows, b_rows in _groups(kernel.pairing, query.numbers, refs.numbers):
         xa, xb, ta, tb = query.coeffs[a_rows], refs.coeffs[b_rows], query.tangents[a_rows], refs.tangents[b_rows]
         n_a, n_b = len(a_rows), len(b_rows)
@@ -242,9 +243,9 @@ def _curvature_term(m_q: Tensor, m_r: Tensor, h: Tensor, table: Tensor,
     the moments m_q (A, B, 3n, L3), m_r (A, B, 3n', L3) and weights h (A, B, K). With many
     reference tangents as m_eᵀ H m'_ε, H = Σ_u h(u) D(u) D(u)ᵀ = (h · basis) · coefficients
     (``products``: the measure's ``support_product_basis``, two GEMMs of K × r and r × L3² per
-    pair, r = 165 for L = 3); with few (2·3n' < L3: small reference molecules; ``products``
-    None), by synthesising m'_ε · D(u) on the support, weighting it by h and projecting it
-    back (2 · 3n' · K · L3 per pair)."""
+    pair, r = 165 for L = 3); with few (:func:`_curvature_through_basis`: small reference
+    molecules; ``products`` None), by synthesising m'_ε · D(u) on the support, weighting it by h
+    and projecting it back (2 · 3n' · K · L3 per pair)."""
     n_a, n_b, r3, side = m_r.shape
     if products is None:
         projected = ((m_r @ table.T) * h[:, :, None]) @ table  # (A, B, 3n', L3)
@@ -252,6 +253,13 @@ def _curvature_term(m_q: Tensor, m_r: Tensor, h: Tensor, table: Tensor,
     basis, coefficients = products
     curvature = ((h.flatten(0, 1) @ basis) @ coefficients).view(n_a, n_b, side, side)
     return ((m_q @ curvature) @ m_r.transpose(-1, -2)).sum(0)
+
+
+def _curvature_through_basis(query_coords: int, ref_coords: int, support: int, side: int, rank: int) -> bool:
+    """Whether the curvature term through H (K·r + r·L3² to form it, 3n·L3² more to apply it,
+    per environment pair) costs at most its projection on the support (2·3n'·K·L3): from 3
+    reference atoms on on the grid of band limit 7 (K = 1,036, L3 = 35, r = 165, 3n = 63)."""
+    return support * rank + (rank + query_coords) * side**2 <= 2 * ref_coords * support * side
 
 
 def _moments(x: Tensor, y: Tensor, band_limit: int, *, query_side: bool) -> Tensor:

@@ -24,8 +24,8 @@ from molntk.features.environments import FeatureConfig
 from molntk.features.radial import GaussianBasis
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
-from molntk.molecular.pooled_derivatives import (VALUE_BUDGET, closed_form_rows, contracted_tangent_features,
-                                                tangent_features, value_budget)
+from molntk.molecular.pooled_derivatives import (VALUE_BUDGET, _curvature_term, _curvature_through_basis, closed_form_rows,
+                                                contracted_tangent_features, tangent_features, value_budget)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -149,3 +149,28 @@ def test_closed_form_rows_with_mixed_elements_equal_autograd(frames):
         assert relative_error(getattr(auto, name), getattr(closed, name)) < BOUND, name
     plain = derivative_rows(kernel(), frames[0], frames[1:], method="closed-form")
     assert relative_error(auto.mixed, plain.mixed) > 1e-3  # the mixing matters here
+
+
+@pytest.mark.parametrize("grid", [2, 7])
+def test_the_two_curvature_routes_agree(grid):
+    """The curvature term Σ_a Σ_u h(u) (m_e · D(u)) (m'_ε · D(u)) through H = Σ_u h D Dᵀ formed in
+    the measure's products basis equals its projection on the support (the route for few
+    reference coordinates), on random moments and weights: two orders of the same sums, to
+    rounding (bound 1e-12 of the largest entry; a wrong basis or transposed H is O(1)). Which
+    route a pair takes follows the operation counts: 2 reference atoms project, 3 go through H
+    on the grid of band limit 7."""
+    k = SO3ModelRecipe(grid_band_limit=grid, features=FEATURES).molecular_kernel()
+    table = k.ctx.measure.table(3, torch.float64, "cpu")[:-1]
+    products = k.ctx.measure.support_product_basis(3, torch.float64, "cpu")
+    gen = torch.Generator().manual_seed(grid)
+    m_q, m_r = torch.randn(3, 4, 27, 35, generator=gen, dtype=torch.float64), torch.randn(3, 4, 12, 35, generator=gen, dtype=torch.float64)
+    h = torch.randn(3, 4, table.shape[0], generator=gen, dtype=torch.float64)
+    through_h = _curvature_term(m_q, m_r, h, table, products)
+    projected = _curvature_term(m_q, m_r, h, table, None)
+    assert through_h.shape == (4, 27, 12)
+    assert relative_error(projected.numpy(), through_h.numpy()) < BOUND
+    if grid == 7:
+        rank = products[0].shape[1]
+        assert rank == 165
+        assert not _curvature_through_basis(63, 6, *table.shape, rank)
+        assert _curvature_through_basis(63, 9, *table.shape, rank)

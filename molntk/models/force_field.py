@@ -135,7 +135,8 @@ from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.blocked_cholesky import CHOLESKY_BLOCK, upper_cholesky_in_place
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, NoiseChoice, cholesky_grouped_residuals, climb_noise,
-                                            grouped_residuals, loo_criterion, on_grid_edge, search_noise)
+                                            grouped_residuals, loo_criterion, nearest_index, on_grid_edge,
+                                            search_noise)
 from molntk.regression.sparse_joint import (fit_sparse_joint, scored_rows, solve_sparse_joint, sparse_joint_host_bytes,
                                             sparse_joint_system)
 from molntk.scale.memory import available_ram_bytes
@@ -232,7 +233,7 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
     del sub_k
     rho0 = lam_e / float(np.mean(sub_diag[~sub_force]))
     q0 = lam_f / float(np.mean(sub_diag[sub_force])) / rho0
-    start = (int(np.argmin(np.abs(np.log10(SCALE_GRID / rho0)))), int(np.argmin(np.abs(np.log10(RATIO_GRID / q0)))))
+    start = (nearest_index(SCALE_GRID, rho0), nearest_index(RATIO_GRID, q0))
     diag = np.diag(K)
     scale_e, scale_f = float(np.mean(diag[~is_force])), float(np.mean(diag[is_force]))
     k_dev, y_dev = torch.as_tensor(K, device=device), torch.as_tensor(y, device=device)
@@ -336,7 +337,10 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     K per ratio) or "local" (exact model: the grid on the first :data:`LOCAL_START_ROWS` rows' configurations, then a
     local search on the whole K, one Cholesky factorisation per visited point on ``device``:
     :func:`select_noise_local`, for thousands of configurations; sparse models: every ρ, the
-    ratios locally, module docstring);
+    ratios locally, module docstring); ``noise_ratio_start`` (sparse models, ``noise_search="local"``:
+    the ratio λ_F / λ_E where the local search over ratios starts, e.g. a smaller model's
+    ``reg_force_ / reg_energy_``, so that a refit with more inducing points or frames makes
+    fewer factorisations when its choice is near; None: the grid's middle);
     ``inducing`` (None: the exact model; m: the sparse model), ``inducing_selection``,
     ``inducing_seed``, ``rank_rtol`` (sparse mode, as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`);
     ``inducing_frames`` (None, or m: the GDML form on m of the training configurations, chosen
@@ -371,6 +375,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     device: str = "cpu"
     unit: str | None = None
     inducing_frames: int | None = None
+    noise_ratio_start: float | None = None
 
     def recipe(self) -> SO3ModelRecipe:
         """The model these parameters describe (float64, sum over atom pairs)."""
@@ -394,7 +399,21 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
                 raise InputError("inducing_frames", "the model is sparse in configurations or in environments "
                                  f"(inducing={self.inducing!r}), not both: give one")
             check_inducing(1, self.inducing_selection, self.inducing_seed)  # the frames' selection and seed
+        self._check_noise_ratio_start()
         return noise_levels(self.reg_energy, self.reg_force)
+
+    def _check_noise_ratio_start(self) -> None:
+        """InputError naming ``noise_ratio_start`` unless it is None or a finite ratio > 0 given to
+        a sparse model's local search."""
+        start = self.noise_ratio_start
+        if start is None:
+            return
+        if isinstance(start, bool) or not isinstance(start, numbers.Real) or not np.isfinite(start) or start <= 0:
+            raise InputError("noise_ratio_start", f"must be None or a ratio λ_F/λ_E > 0, got {start!r}")
+        if self.noise_search != "local" or (self.inducing is None and self.inducing_frames is None):
+            raise InputError("noise_ratio_start", "starts the local search over ratios of the sparse models "
+                             "(inducing or inducing_frames with noise_search='local'); the exact model's local "
+                             "search starts from the whole grid on its first configurations")
 
     def _training_data(self, X: Any, energies: Any, forces: Any) -> tuple[list[Molecule], np.ndarray, np.ndarray]:
         """Molecules, energies (N,) and the flattened forces (3Σn,), validated."""
@@ -499,7 +518,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         K_mm = K_nm[own_rows]
         system = sparse_joint_system(K_nm, 0.5 * (K_mm + K_mm.T), y, is_force, groups, rank_rtol=self.rank_rtol)
         del K_nm, K_mm
-        fit = solve_sparse_joint(system, reg_energy=lam_e, reg_force=lam_f, floor=self.psd_rtol, search=self.noise_search)
+        fit = solve_sparse_joint(system, reg_energy=lam_e, reg_force=lam_f, floor=self.psd_rtol, search=self.noise_search,
+                                 start_ratio=self.noise_ratio_start)
         self.inducing_frame_rows_ = frames
         self.energy_coef_, self.force_coef_ = fit.weights[: len(frames)], fit.weights[len(frames):]
         self.rank_, self.n_inducing_ = fit.rank, len(fit.weights)
@@ -524,7 +544,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         rows_e_f = force_rows(kernel, molecules, self.inducing_)
         fit = fit_sparse_joint(np.vstack([rows_e_f.energy, -rows_e_f.gradient]), K_mm, y, is_force, groups,
                                reg_energy=lam_e, reg_force=lam_f, floor=self.psd_rtol, rank_rtol=self.rank_rtol,
-                               search=self.noise_search)
+                               search=self.noise_search, start_ratio=self.noise_ratio_start)
         self.inducing_weights_, self.rank_, self.n_inducing_ = fit.weights, fit.rank, len(fit.weights)
         self.reg_energy_, self.reg_force_, self.cv_score_ = fit.reg_energy, fit.reg_force, fit.cv_score
         self.reg_at_grid_edge_, self.noise_factorisations_ = fit.at_grid_edge, fit.factorisations

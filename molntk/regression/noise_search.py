@@ -95,6 +95,11 @@ def on_grid_edge(rho: float, q: float, floor: float, ratios: np.ndarray = RATIO_
     return any((float(a), float(b)) in failed for a, b in neighbours)
 
 
+def nearest_index(grid: np.ndarray, value: float) -> int:
+    """The index of the point of a logarithmic ``grid`` nearest to ``value`` > 0 in log."""
+    return int(np.argmin(np.abs(np.log10(np.asarray(grid) / value))))
+
+
 def search_noise(residuals_for: Callable[[float], ResidualsAt], y: np.ndarray, is_force: np.ndarray, scale_e: float,
                  scale_f: float, floor: float = 0.0, ratios: np.ndarray = RATIO_GRID,
                  scales: np.ndarray = SCALE_GRID) -> NoiseChoice:

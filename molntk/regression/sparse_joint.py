@@ -56,7 +56,7 @@ import scipy.linalg
 
 from molntk.errors import InputError
 from molntk.regression import validation
-from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, ResidualsAt, climb_ratios, search_noise
+from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, ResidualsAt, climb_ratios, nearest_index, search_noise
 from molntk.regression.nystrom import RANK_RTOL, InducingRoot, factor_inducing, inducing_weights
 
 #: Values (float64) of the temporaries per batched product of the grouped LOO ((groups, n_g, r)
@@ -221,19 +221,25 @@ def scored_rows(groups: Sequence[np.ndarray], seed: int = 0) -> int:
 
 def solve_sparse_joint(system: SparseJointSystem, *, reg_energy: float | None = None, reg_force: float | None = None,
                        floor: float = 0.0, ratios: np.ndarray = RATIO_GRID, scales: np.ndarray = SCALE_GRID,
-                       search: str = "grid") -> SparseJointFit:
+                       search: str = "grid", start_ratio: float | None = None) -> SparseJointFit:
     """The inducing weights w of the module docstring for a built system: λ_E = ``reg_energy``,
     λ_F = ``reg_force`` (both > 0), or both None: chosen by grouped LOO over the grid (λ's below
     ``floor`` times their mean diagonal skipped), every ratio (``search="grid"``) or the ratios
-    from the middle of the grid to a local minimum (``"local"``:
-    :func:`~molntk.regression.noise_search.climb_ratios`; every ρ of a visited ratio either way)."""
+    from a start to a local minimum (``"local"``: :func:`~molntk.regression.noise_search.climb_ratios`;
+    every ρ of a visited ratio either way). The local search starts at the grid ratio q nearest
+    to ``start_ratio`` · s_E / s_F, ``start_ratio`` a ratio λ_F / λ_E of absolute noise levels
+    (a smaller model's choice, say), or at the grid's middle ratio (None)."""
     score = edge = factorisations = None
     if reg_energy is None or reg_force is None:
         scored = slice(0, system.n_scored)
-        choose = {"grid": search_noise, "local": climb_ratios}[validation.choice(search, "search", ("grid", "local"))]
-        reg_energy, reg_force, score, edge, factorisations = choose(
-            system.residuals_for, system.y[scored], system.is_force[scored], system.scale_e, system.scale_f, floor,
-            ratios, scales)
+        args = (system.residuals_for, system.y[scored], system.is_force[scored], system.scale_e, system.scale_f, floor,
+                ratios, scales)
+        if validation.choice(search, "search", ("grid", "local")) == "grid":
+            choice = search_noise(*args)
+        else:
+            start = None if start_ratio is None else nearest_index(ratios, start_ratio * system.scale_e / system.scale_f)
+            choice = climb_ratios(*args, start=start)
+        reg_energy, reg_force, score, edge, factorisations = choice
     elif reg_energy <= 0 or reg_force <= 0:
         raise InputError("reg_energy" if reg_energy <= 0 else "reg_force", "must be > 0 for the sparse model")
     _, sigma, wt, coeffs = system.svd(reg_energy, reg_force)
@@ -245,10 +251,11 @@ def solve_sparse_joint(system: SparseJointSystem, *, reg_energy: float | None = 
 def fit_sparse_joint(K_nm: object, K_mm: object, y: object, is_force: np.ndarray, groups: Sequence[np.ndarray], *,
                      reg_energy: float | None = None, reg_force: float | None = None, floor: float = 0.0,
                      rank_rtol: float = RANK_RTOL, ratios: np.ndarray = RATIO_GRID,
-                     scales: np.ndarray = SCALE_GRID, seed: int = 0, search: str = "grid") -> SparseJointFit:
+                     scales: np.ndarray = SCALE_GRID, seed: int = 0, search: str = "grid",
+                     start_ratio: float | None = None) -> SparseJointFit:
     """The inducing weights w of the module docstring for rows K_nm (n, m) against inducing points
     with kernel K_mm, targets y (n,), the force-row mask and the configurations' row groups
     (a partition of the rows): :func:`solve_sparse_joint` of :func:`sparse_joint_system`."""
     system = sparse_joint_system(K_nm, K_mm, y, is_force, groups, rank_rtol=rank_rtol, seed=seed)
     return solve_sparse_joint(system, reg_energy=reg_energy, reg_force=reg_force, floor=floor, ratios=ratios,
-                              scales=scales, search=search)
+                              scales=scales, search=search, start_ratio=start_ratio)

@@ -211,3 +211,26 @@ def test_bad_frame_settings_name_the_argument(sample, monkeypatch):
     monkeypatch.setattr(force_field, "joint_kernel", lambda *a, **k: pytest.fail("kernel computed"))
     with pytest.raises(InputError, match="inducing_frames.*112 joint rows against 56"):  # 4 × 28 rows, 2 × 28
         SO3ForceFieldRegressor(inducing_frames=2, **PARAMS).fit(*args)
+
+
+def test_a_local_search_started_at_a_previous_choice_makes_fewer_factorisations(sample):
+    """``noise_ratio_start`` = a fitted model's λ_F/λ_E starts the ratio climb at that grid ratio:
+    a refit (here on the same frames, so the same criterion) scores it and its two neighbours
+    only, 3 factorisations, and keeps the same λ's and criterion; started from the grid's middle
+    it needed more."""
+    first = _fit(SO3ForceFieldRegressor(inducing_frames=8, noise_search="local", **PARAMS), sample, TRAIN[:8])
+    again = _fit(SO3ForceFieldRegressor(inducing_frames=8, noise_search="local",
+                                        noise_ratio_start=first.reg_force_ / first.reg_energy_, **PARAMS), sample, TRAIN[:8])
+    assert (again.reg_energy_, again.reg_force_, again.cv_score_) == (first.reg_energy_, first.reg_force_, first.cv_score_)
+    assert again.noise_factorisations_ == 3 < first.noise_factorisations_
+
+
+@pytest.mark.parametrize("value, other, message", [
+    (0.0, {}, "ratio"), (-1.0, {}, "ratio"), (float("nan"), {}, "ratio"), (True, {}, "ratio"), ("10", {}, "ratio"),
+    (10.0, {"noise_search": "grid"}, "local search"), (10.0, {"inducing_frames": None}, "exact model"),
+])
+def test_noise_ratio_start_is_checked(sample, value, other, message):
+    settings = {"inducing_frames": 8, "noise_search": "local", **other}
+    with pytest.raises(InputError, match="noise_ratio_start") as err:
+        _fit(SO3ForceFieldRegressor(noise_ratio_start=value, **settings, **PARAMS), sample, TRAIN[:8])
+    assert message in str(err.value)

@@ -64,3 +64,14 @@ def test_scored_rows_count_the_sampled_configurations():
     assert scored_rows(groups[:10]) == sum(len(g) for g in groups[:10])
     picked = np.random.default_rng(0).permutation(600)[: sparse_joint.LOO_GROUPS]
     assert scored_rows(groups) == sum(len(groups[g]) for g in picked)
+
+
+def test_the_local_search_starts_at_the_ratio_it_is_given():
+    """``start_ratio`` (an absolute λ_F/λ_E) puts the ratio climb's start at the grid ratio
+    nearest to it · s_E/s_F: from the ratio a first local search chose, the same λ's with the
+    chosen ratio and its two neighbours scored (3 SVDs); from the grid's middle more."""
+    problem = _problem(n_configs=60)
+    first = fit_sparse_joint(*problem, search="local")
+    again = fit_sparse_joint(*problem, search="local", start_ratio=first.reg_force / first.reg_energy)
+    assert (again.reg_energy, again.reg_force, again.cv_score) == (first.reg_energy, first.reg_force, first.cv_score)
+    assert again.factorisations == 3 < first.factorisations

@@ -258,7 +258,7 @@ def _curvature_term(m_q: Tensor, m_r: Tensor, h: Tensor, table: Tensor,
 def _curvature_through_basis(query_coords: int, ref_coords: int, support: int, side: int, rank: int) -> bool:
     """Whether the curvature term through H (K·r + r·L3² to form it, 3n·L3² more to apply it,
     per environment pair) costs at most its projection on the support (2·3n'·K·L3): from 3
-    reference atoms on on the grid of band limit 7 (K = 1,036, L3 = 35, r = 165, 3n = 63)."""
+    reference atoms on, on the grid of band limit 7 (K = 1,036, L3 = 35, r = 165, 3n = 63)."""
     return support * rank + (rank + query_coords) * side**2 <= 2 * ref_coords * support * side
 
 

@@ -52,6 +52,13 @@ maps; autograd, other networks: (3n + 2) passes, ≈ 70 ms per ethanol pair), an
 (N + 3Σn) matrix once per ratio of the noise grid; predicting costs ≈ 1.7 ms per (test,
 training) ethanol pair in closed form (``benchmarks/derivative_kernels.py``).
 
+Memory: K is (N + 3Σn)² float64 values (1,000 aspirin frames: 64,000 rows, 33 GB) and the
+solve holds a factor beside it; ``kernel_storage="upper"`` holds only K's upper triangle in
+configuration order (each configuration's energy row, then its force rows), the rows of
+configuration i against configurations j ≥ i, as row panels that the blocked Cholesky
+factors in place (:func:`~molntk.regression.blocked_cholesky.upper_cholesky_panels`): 16 GB
+for those 64,000 rows, with λ's chosen on the first configurations.
+
 Sparse mode (``inducing=m``, GAP-style, for N in the thousands): m inducing environments s_j
 chosen among the training environments (:func:`~molntk.features.inducing.inducing_environments`,
 as in :class:`~molntk.models.so3_ntk.SO3NTKRegressor`) and
@@ -122,7 +129,8 @@ from molntk.models.model_files import (dressed_atom_arrays, dressed_atom_from_ar
                                        molecules_from_arrays, optional_text, provenance_from_meta, training_provenance,
                                        write_model_archive)
 from molntk.models.so3_recipe import SO3ModelRecipe
-from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
+from molntk.molecular.derivative_kernels import (block_indices, derivative_rows, expansion_energy_and_gradient,
+                                                 joint_blocks, joint_kernel)
 from molntk.molecular.force_rows import force_rows
 from molntk.molecular.pooled_derivatives import (
     closed_form_expansion,
@@ -132,7 +140,8 @@ from molntk.molecular.pooled_derivatives import (
     value_budget,
 )
 from molntk.molecular.so3 import SO3MolecularKernel
-from molntk.regression.blocked_cholesky import CHOLESKY_BLOCK, upper_cholesky_in_place
+from molntk.regression.blocked_cholesky import (CHOLESKY_BLOCK, add_to_panels_diagonal, upper_cholesky_in_place,
+                                              upper_cholesky_panels, upper_panels, upper_panels_solve)
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, NoiseChoice, cholesky_grouped_residuals, climb_noise,
                                             grouped_residuals, loo_criterion, nearest_index, on_grid_edge,
@@ -283,8 +292,40 @@ def check_exact_memory(rows: int, grid_search: bool, available: int | None = Non
     if need > available:
         raise InputError("inducing", f"the exact energy+force model has {rows:,} joint rows: its fit needs ≈ "
                          f"{need / 2**30:.1f} GiB of memory, {available / 2**30:.1f} GiB are available; give "
-                         "inducing_frames=m (m of the configurations) or inducing=m (inducing environments) for a "
-                         "sparse model, or fewer configurations")
+                         "kernel_storage='upper' (its upper triangle only, "
+                         f"{upper_host_bytes(rows) / 2**30:.1f} GiB), inducing_frames=m (m of the configurations) "
+                         "or inducing=m (inducing environments) for a sparse model, or fewer configurations")
+
+
+def upper_host_bytes(rows: int) -> int:
+    """The host memory of ``kernel_storage="upper"``'s panels for ``rows`` joint rows: the upper
+    triangle with the diagonal blocks, rows (rows + CHOLESKY_BLOCK) / 2 float64 values."""
+    return 8 * rows * (rows + CHOLESKY_BLOCK) // 2
+
+
+def check_upper_memory(rows: int, available: int | None = None) -> None:
+    """InputError naming ``kernel_storage`` when :func:`upper_host_bytes` exceeds the available
+    RAM (``available`` bytes; None: :func:`~molntk.scale.memory.available_ram_bytes`)."""
+    need = upper_host_bytes(rows)
+    available = available_ram_bytes() if available is None else available
+    if need > available:
+        raise InputError("kernel_storage", f"the upper triangle of {rows:,} joint rows needs ≈ {need / 2**30:.1f} GiB "
+                         f"of memory, {available / 2**30:.1f} GiB are available; give inducing_frames=m or fewer "
+                         "configurations")
+
+
+def place_upper(panels: list[np.ndarray], rows: np.ndarray, cols: np.ndarray, block: np.ndarray) -> None:
+    """Write the entries of ``block`` (at ``rows`` × ``cols`` of the matrix) that lie in the row
+    panels of :func:`~molntk.regression.blocked_cholesky.upper_panels` (column ≥ the row's
+    panel start) into them; the others are below the diagonal blocks."""
+    start = 0
+    for panel in panels:
+        stop = start + panel.shape[0]
+        inside = (rows >= start) & (rows < stop)
+        if inside.any():
+            keep = cols >= start
+            panel[np.ix_(rows[inside] - start, cols[keep] - start)] = block[np.ix_(inside, keep)]
+        start = stop
 
 
 def check_frames_memory(rows: int, columns: int, energy_rows: int, scored: int, available: int | None = None) -> None:
@@ -346,6 +387,11 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     ``inducing_frames`` (None, or m: the GDML form on m of the training configurations, chosen
     by ``inducing_selection`` and ``inducing_seed``, solved like the sparse model with ``rank_rtol``;
     module docstring; not with ``inducing``);
+    ``kernel_storage`` (exact model): "full" (K as a square array, every noise search) or
+    "upper" (only its upper triangle, in configuration order, as row panels: half the memory,
+    for the largest exact models a machine holds; the λ's by the grid on the first
+    :data:`LOCAL_START_ROWS` rows' configurations, then one factorisation of the whole K + Λ;
+    with ``kernel_cache`` the kernel is completed in the cache before the panels are made);
     ``baseline`` (None, or the physical baseline of Δ-learning, module docstring) and ``unit``
     (the energy unit of the data: needed with a baseline; the ASE calculator reads it).
 
@@ -376,6 +422,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     unit: str | None = None
     inducing_frames: int | None = None
     noise_ratio_start: float | None = None
+    kernel_storage: str = "full"
 
     def recipe(self) -> SO3ModelRecipe:
         """The model these parameters describe (float64, sum over atom pairs)."""
@@ -400,6 +447,11 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
                                  f"(inducing={self.inducing!r}), not both: give one")
             check_inducing(1, self.inducing_selection, self.inducing_seed)  # the frames' selection and seed
         self._check_noise_ratio_start()
+        if self.kernel_storage not in ("full", "upper"):
+            raise InputError("kernel_storage", f"must be 'full' or 'upper', got {self.kernel_storage!r}")
+        if self.kernel_storage == "upper" and (self.inducing is not None or self.inducing_frames is not None):
+            raise InputError("kernel_storage", "'upper' holds the exact model's joint kernel; the sparse models "
+                             "(inducing, inducing_frames) hold no square kernel: leave it 'full'")
         return noise_levels(self.reg_energy, self.reg_force)
 
     def _check_noise_ratio_start(self) -> None:
@@ -482,6 +534,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             self._fit_sparse(kernel, molecules, y, is_force, groups, lam_e, lam_f)
         elif self.inducing_frames is not None:
             self._fit_frames(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache, progress)
+        elif self.kernel_storage == "upper":
+            self._fit_exact_upper(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache, progress)
         else:
             self._fit_exact(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache, progress)
         self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
@@ -503,6 +557,49 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         self.reg_energy_, self.reg_force_ = lam_e, lam_f
         alpha = solve_joint(K, y, is_force, lam_e, lam_f, kernel.ctx.device)
         self.energy_coef_, self.force_coef_ = alpha[: len(molecules)], alpha[len(molecules):]
+        self.train_molecules_ = molecules
+
+    def _fit_exact_upper(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray,
+                         is_force: np.ndarray, groups: list[np.ndarray], lam_e: float | None, lam_f: float | None,
+                         kernel_cache: str | Path | None, progress: ProgressCallback | None) -> None:
+        """α of the exact model with K held as the upper triangle of its configuration-major
+        order (``kernel_storage="upper"``): the λ's by :func:`select_noise` on the first
+        :func:`local_start` configurations (their own joint kernel), then, with ``kernel_cache``,
+        every block of K computed into the cache before the panels are made (the tangent maps
+        and the panels are never held together), the blocks placed in the panels of
+        :func:`~molntk.regression.blocked_cholesky.upper_panels` (rows of configuration i
+        against configurations j ≥ i: the upper triangle), K + Λ factored and solved there."""
+        rows = len(y)
+        check_upper_memory(rows)
+        if lam_e is None:
+            first = local_start(groups)
+            sub_rows = np.concatenate([np.arange(first), *[g[1:] for g in groups[:first]]])
+            sub_force, sub_groups = joint_rows(first, [m.n_atoms for m in molecules[:first]])
+            choice = select_noise(joint_kernel(kernel, molecules[:first], cache_dir=kernel_cache), y[sub_rows], sub_force,
+                                  sub_groups, floor=self.psd_rtol)
+            lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_, self.noise_factorisations_ = choice
+        else:
+            self.cv_score_ = self.reg_at_grid_edge_ = self.noise_factorisations_ = None
+        self.reg_energy_, self.reg_force_ = lam_e, lam_f
+        if kernel_cache is not None:
+            for _ in joint_blocks(kernel, molecules, cache_dir=kernel_cache, progress=progress, stored=False):
+                pass
+        order = np.concatenate(groups)  # configuration-major row p is joint row order[p]
+        position = np.empty_like(order)
+        position[order] = np.arange(rows)
+        panels = upper_panels(rows, CHOLESKY_BLOCK)
+        n, off = len(molecules), force_offsets_of([m.n_atoms for m in molecules])
+        for a, b, block in joint_blocks(kernel, molecules, cache_dir=kernel_cache,
+                                        progress=None if kernel_cache is not None else progress):
+            block_rows, block_cols, _ = block_indices(n, off, a, b)
+            place_upper(panels, position[block_rows], position[block_cols], block)
+        add_to_panels_diagonal(panels, np.where(is_force, lam_f, lam_e)[order])
+        info = upper_cholesky_panels(panels)
+        if info:
+            raise InputError("reg_energy", f"K + Λ is not positive definite (pivot {info}) at λ_E = {lam_e:.3g}, "
+                             f"λ_F = {lam_f:.3g}: give larger λ's or a larger psd_rtol")
+        alpha = upper_panels_solve(panels, y[order])[position]
+        self.energy_coef_, self.force_coef_ = alpha[:n], alpha[n:]
         self.train_molecules_ = molecules
 
     def _fit_frames(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray, is_force: np.ndarray,

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -220,22 +220,45 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
     rows E_1 … E_N then the forces of molecule 1 (atom-major), 2, …; columns alike for
     ``others`` (None: ``molecules``, a symmetric matrix, each pair computed once as
     Θ(M_i, M_j) with i ≤ j: the fast-mode quadrature is symmetric in its two molecules only to
-    its accuracy, ≈ 1e-5 relative on the Lebedev grid of band limit 5). ``method`` as
-    :func:`derivative_rows`'s; the closed form computes each molecule's tangent feature maps once
-    and holds those of ``others`` (of every molecule when symmetric) throughout, those of the
-    query molecules :data:`CACHED_MOLECULES` at a time (1,000 aspirin frames' maps at 4 Å are
-    4.9 GiB: the inducing-frames model's K_nm is then the kernel's one large array).
+    its accuracy, ≈ 1e-5 relative on the Lebedev grid of band limit 5). Assembled from
+    :func:`joint_blocks` (``method``, ``cache_dir`` and ``progress`` are its), each block's
+    rows placed and, when symmetric, mirrored into the rows of the later molecules."""
+    same = others is None
+    n, off = len(molecules), force_offsets(molecules)
+    columns = off[-1] + n if same else len(others) + force_offsets(others)[-1]
+    out = None
+    for a, b, block in joint_blocks(kernel, molecules, others, method=method, cache_dir=cache_dir, progress=progress):
+        if out is None:
+            out = np.zeros((n + off[-1], columns))
+        if same:
+            rows, cols, later = block_indices(n, off, a, b)
+            out[np.ix_(rows, cols)] = block
+            out[np.ix_(cols[later], rows)] = block[:, later].T
+        else:
+            out[np.concatenate([np.arange(a, b), n + np.arange(off[a], off[b])])] = block
+    return out
 
-    ``cache_dir``: the rows of every :data:`CACHED_MOLECULES` molecules (against themselves and
-    the molecules after them; with ``others``, against all of those) are stored there as they
-    are computed (:class:`~molntk.scale.cache.BlockCache`, keyed by the kernel's settings, the
-    route and the molecules' content), so a killed computation resumes where it stopped and a
-    later call on the same molecules reads the matrix instead of computing it.
 
-    ``progress(done, total)``: called once the stored blocks are read and after each block of
-    :data:`CACHED_MOLECULES` molecules' rows (total: the blocks of ``molecules``; in the
-    symmetric matrix a block's rows meet only the later molecules, so the first blocks cost
-    the most)."""
+def joint_blocks(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
+                 others: Sequence[Molecule] | None = None, *, method: str = "auto",
+                 cache_dir: str | Path | None = None, progress: ProgressCallback | None = None,
+                 stored: bool = True) -> Iterator[tuple[int, int, np.ndarray]]:
+    """:func:`joint_kernel`'s matrix :data:`CACHED_MOLECULES` query molecules at a time, in order:
+    (a, b, J) with J the rows of molecules a … b−1 (their energies, then their force
+    components) against the columns of molecules a … N−1 (symmetric, ``others`` None:
+    :func:`block_indices`) or of all ``others`` (their energies, then their forces). ``method``
+    as :func:`derivative_rows`'s; the closed form computes each molecule's tangent feature maps
+    once and holds those of ``others`` (of every molecule when symmetric) throughout, those of
+    the query molecules a block at a time (1,000 aspirin frames' maps at 4 Å are 4.9 GiB: the
+    inducing-frames model's K_nm is then the kernel's one large array).
+
+    ``cache_dir``: each block is read from there when stored and stored there as it is
+    computed (:class:`~molntk.scale.cache.BlockCache`, keyed by the kernel's settings, the
+    route and the molecules' content), so a killed computation resumes where it stopped;
+    ``stored=False`` skips (does not read or yield) the blocks already stored: the pass that
+    completes the cache. ``progress(done, total)``: called once with the blocks already stored
+    and after each block computed (in the symmetric matrix a block's rows meet only the later
+    molecules, so the first blocks cost the most)."""
     check_kernel(kernel)
     same = others is None
     others = molecules if same else others
@@ -244,77 +267,79 @@ def joint_kernel(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
     if len(others) == 0:
         raise InputError("others", "no molecules")
     n, n2 = len(molecules), len(others)
-    off, off2 = force_offsets(molecules), force_offsets(others)
-    out = np.zeros((n + off[-1], n2 + off2[-1]))
     closed = _closed_form(kernel, method)
     cache = None if cache_dir is None else joint_block_cache(cache_dir, kernel, molecules, closed, None if same else others)
+    starts = range(0, n, CACHED_MOLECULES)
 
-    def block(a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-        """The cached block of molecules a … b−1: its column items in the cache, its rows and
-        columns in ``out`` and (symmetric) which of the columns belong to later molecules."""
-        if same:
-            return (np.arange(a, n), *block_indices(n, off, a, b))
-        rows = np.concatenate([np.arange(a, b), n + np.arange(off[a], off[b])])
-        return n + np.arange(n2), rows, np.arange(out.shape[1]), None
+    def items(a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """The block's row and column items in the cache."""
+        return np.arange(a, b), np.arange(a, n) if same else n + np.arange(n2)
 
-    todo = np.ones(n, dtype=bool)
-    n_blocks = -(-n // CACHED_MOLECULES)
-    if cache is not None:
-        for a in range(0, n, CACHED_MOLECULES):
-            b = min(a + CACHED_MOLECULES, n)
-            items, rows, cols, later = block(a, b)
-            stored = cache.load(np.arange(a, b), items)
-            if stored is None:
-                continue
-            out[np.ix_(rows, cols)] = stored["joint"]
-            if same:  # mirrored into the rows of the later molecules
-                out[np.ix_(cols[later], rows)] = stored["joint"][:, later].T
-            todo[a:b] = False
-    blocks_done = n_blocks - len({i // CACHED_MOLECULES for i in np.flatnonzero(todo)})  # read from the cache
+    is_stored = [cache is not None and cache.path(*items(a, min(a + CACHED_MOLECULES, n))).exists() for a in starts]
+    done = sum(is_stored)
     if progress is not None:
-        progress(blocks_done, n_blocks)
-    if closed and todo.any():
-        # symmetric: every molecule's tangent maps at once (each row meets the later molecules);
-        # with others: theirs at once, the query molecules' a cache block at a time
-        tangents2 = tangent_features(kernel, others)
-        budget = value_budget(kernel.ctx.device)
-    chunk: tuple[int, int, TangentFeatures | None] = (0, 0, None)  # query molecules a … b−1, their tangent maps
-    for i, mol in enumerate(molecules):
-        if not todo[i]:
+        progress(done, len(starts))
+    rows_of = _BlockRows(kernel, molecules, others, same, closed)
+    for a, was_stored in zip(starts, is_stored):
+        b = min(a + CACHED_MOLECULES, n)
+        if was_stored and not stored:
             continue
-        start = i if same else 0
-        if closed:
-            if same:
-                query = tangents2.molecules(i, i + 1)
-            else:
-                if not chunk[0] <= i < chunk[1]:
-                    stop = min(i - i % CACHED_MOLECULES + CACHED_MOLECULES, n)
-                    chunk = (i, stop, tangent_features(kernel, molecules[i:stop]))
-                query = chunk[2].molecules(i - chunk[0], i - chunk[0] + 1)
-            rows = DerivativeRows(*closed_form_rows(kernel, query, tangents2.molecules(start, n2), budget=budget))
-        else:
-            rows = derivative_rows(kernel, mol, others[start:], method="autograd")
-        cols = np.arange(start, n2)
-        fcols = np.arange(n2 + off2[start], n2 + off2[-1])
-        fi = slice(n + off[i], n + off[i + 1])
-        out[i, cols] = rows.theta
-        out[i, fcols] = -rows.d_ref
-        out[fi, cols] = -rows.d_query
-        out[fi, fcols] = rows.mixed
-        if same:  # mirror row i into column i
-            out[cols, i] = rows.theta
-            out[fcols, i] = -rows.d_ref
-            out[cols, n + off[i] : n + off[i + 1]] = -rows.d_query.T
-            out[fcols, n + off[i] : n + off[i + 1]] = rows.mixed.T
-        if cache is not None and ((i + 1) % CACHED_MOLECULES == 0 or i + 1 == n):  # the block is whole
-            a = i - i % CACHED_MOLECULES
-            items, rows, cols, _ = block(a, i + 1)
-            cache.store(np.arange(a, i + 1), items, {"joint": out[np.ix_(rows, cols)]})
-        if (i + 1) % CACHED_MOLECULES == 0 or i + 1 == n:  # the last row of a block
-            blocks_done += 1
+        block = cache.load(*items(a, b)) if was_stored else None
+        if block is not None:
+            yield a, b, block["joint"]
+            continue
+        joint = rows_of(a, b)
+        if cache is not None:
+            cache.store(*items(a, b), {"joint": joint})
+        if not was_stored:
+            done += 1
             if progress is not None:
-                progress(blocks_done, n_blocks)
-    return out
+                progress(done, len(starts))
+        yield a, b, joint
+
+
+class _BlockRows:
+    """The rows of :func:`joint_blocks`' blocks, computed (tangent feature maps made when first
+    needed: the others' once, the query molecules' a block at a time)."""
+
+    def __init__(self, kernel: SO3MolecularKernel, molecules: Sequence[Molecule], others: Sequence[Molecule],
+                 same: bool, closed: bool) -> None:
+        self.kernel, self.molecules, self.others, self.same, self.closed = kernel, molecules, others, same, closed
+        self.off, self.off2 = force_offsets(molecules), force_offsets(others)
+        self.tangents2: TangentFeatures | None = None
+
+    def __call__(self, a: int, b: int) -> np.ndarray:
+        """Rows of molecules a … b−1 (module docstring's signs); symmetric: each pair i ≤ j from
+        row i, the block's own pairs i > j mirrored."""
+        kernel, n2, off, off2 = self.kernel, len(self.others), self.off, self.off2
+        first = a if self.same else 0  # the first column molecule
+        energy_cols = n2 - first
+        joint = np.zeros((b - a + off[b] - off[a], energy_cols + off2[-1] - off2[first]))
+        if self.closed:
+            if self.tangents2 is None:
+                self.tangents2 = tangent_features(kernel, self.others)
+            query = self.tangents2 if self.same else tangent_features(kernel, self.molecules[a:b])
+            budget = value_budget(kernel.ctx.device)
+        spans = []  # symmetric: each query molecule's rows and columns in the block
+        for i in range(a, b):
+            start = i if self.same else 0
+            if self.closed:
+                q = query.molecules(i, i + 1) if self.same else query.molecules(i - a, i - a + 1)
+                rows = DerivativeRows(*closed_form_rows(kernel, q, self.tangents2.molecules(start, n2), budget=budget))
+            else:
+                rows = derivative_rows(kernel, self.molecules[i], self.others[start:], method="autograd")
+            r_e, r_f = i - a, slice(b - a + off[i] - off[a], b - a + off[i + 1] - off[a])
+            c_e = slice(start - first, energy_cols)
+            c_f = slice(energy_cols + off2[start] - off2[first], joint.shape[1])
+            joint[r_e, c_e], joint[r_e, c_f] = rows.theta, -rows.d_ref
+            joint[r_f, c_e], joint[r_f, c_f] = -rows.d_query, rows.mixed
+            if self.same:
+                spans.append((np.r_[r_e, np.arange(r_f.start, r_f.stop)],
+                              np.r_[c_e.start, energy_cols + np.arange(off[i] - off[a], off[i + 1] - off[a])]))
+        for later, (rows_i, cols_i) in enumerate(spans):  # pairs i > j within the block: transposes of j < i
+            for rows_j, cols_j in spans[:later]:
+                joint[np.ix_(rows_i, cols_j)] = joint[np.ix_(rows_j, cols_i)].T
+        return joint
 
 
 #: Molecules per stored block of :func:`joint_kernel`'s cache (their rows against themselves

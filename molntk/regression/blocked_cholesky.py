@@ -29,24 +29,70 @@ CHOLESKY_BLOCK = 1024
 
 def upper_cholesky_in_place(A: np.ndarray, block: int) -> int:
     """Overwrite the upper triangle of the symmetric C-ordered ``A`` with T, TᵀT = A (module
-    docstring; blocks of ``block`` rows). Returns 0, or as LAPACK's info the (1-based)
-    position of the first pivot that is not positive; A's upper triangle and diagonal
-    blocks are then part way through."""
-    t = torch.from_numpy(A)
-    m = len(A)
-    for k in row_slices(m, block):
-        T_kk, info = torch.linalg.cholesky_ex(t[k, k], upper=True)
+    docstring; blocks of ``block`` rows): :func:`upper_cholesky_panels` on the row panels
+    A[k, k.start:], views of A."""
+    return upper_cholesky_panels([A[k, k.start :] for k in row_slices(len(A), block)])
+
+
+def upper_panels(m: int, block: int = CHOLESKY_BLOCK) -> list[np.ndarray]:
+    """The upper triangle of an m × m matrix as zeroed row panels, half its memory: panel k
+    holds the rows of block k (``block`` rows) from column k.start on, [A_kk, A_k,>k], so that
+    entry (r, c ≥ k.start) of a row r in block k is panel k's [r − k.start, c − k.start]."""
+    return [np.zeros((k.stop - k.start, m - k.start)) for k in row_slices(m, block)]
+
+
+def upper_cholesky_panels(panels: list[np.ndarray]) -> int:
+    """Overwrite the row panels [A_kk, A_k,>k] of a symmetric A (:func:`upper_panels`, or views
+    of a full matrix) with those of T, TᵀT = A, by the module docstring's algorithm, reading
+    and writing nothing below the diagonal blocks (each diagonal block is first made
+    symmetric from its upper triangle, so only that must hold A). Returns 0, or as LAPACK's
+    info the (1-based) position of the first pivot that is not positive; the panels are
+    then part way through."""
+    tensors = [torch.from_numpy(p) for p in panels]
+    start = 0
+    for index, t in enumerate(tensors):
+        size = t.shape[0]
+        diagonal = t[:, :size]
+        diagonal.copy_(torch.triu(diagonal) + torch.triu(diagonal, 1).mT)
+        T_kk, info = torch.linalg.cholesky_ex(diagonal, upper=True)
         if int(info):
-            return k.start + int(info)
-        t[k, k] = T_kk
-        if k.stop == m:
-            return 0
-        right = t[k, k.stop :]
+            return start + int(info)
+        diagonal.copy_(T_kk)
+        right = t[:, size:]
         right.copy_(torch.linalg.solve_triangular(T_kk.mT, right, upper=False))
-        for i in row_slices(m - k.stop, block):
-            rows = slice(k.stop + i.start, k.stop + i.stop)
-            t[rows, rows.start :] -= right[:, i].mT @ right[:, i.start :]
+        column = 0
+        for later in tensors[index + 1 :]:  # A_i,≥i −= T_k,iᵀ T_k,≥i
+            width = later.shape[0]
+            later -= right[:, column : column + width].mT @ right[:, column:]
+            column += width
+        start += size
     return 0
+
+
+def upper_panels_solve(panels: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    """x = (TᵀT)⁻¹ y for the factor T in row panels (:func:`upper_cholesky_panels`): Tᵀ z = y
+    forward, z_k = T_kk⁻ᵀ z_k then z_>k −= T_k,>kᵀ z_k, and T x = z backward, x_k = T_kk⁻¹
+    (z_k − T_k,>k x_>k), reading the panels only."""
+    tensors = [torch.from_numpy(p) for p in panels]
+    x = torch.tensor(np.asarray(y, dtype=np.float64).reshape(len(y), -1))
+    starts = np.cumsum([0] + [t.shape[0] for t in tensors])
+    for t, start, stop in zip(tensors, starts[:-1], starts[1:]):
+        size = stop - start
+        x[start:stop] = torch.linalg.solve_triangular(t[:, :size].mT, x[start:stop], upper=False)
+        x[stop:] -= t[:, size:].mT @ x[start:stop]
+    for t, start, stop in reversed(list(zip(tensors, starts[:-1], starts[1:]))):
+        size = stop - start
+        x[start:stop] = torch.linalg.solve_triangular(t[:, :size], x[start:stop] - t[:, size:] @ x[stop:], upper=True)
+    return x.numpy().reshape(np.shape(y))
+
+
+def add_to_panels_diagonal(panels: list[np.ndarray], shift: np.ndarray) -> None:
+    """A + diag(``shift``) for A in row panels (:func:`upper_panels`), in place."""
+    start = 0
+    for p in panels:
+        size = p.shape[0]
+        p[np.arange(size), np.arange(size)] += shift[start : start + size]
+        start += size
 
 
 def lower_cholesky_in_place(A: np.ndarray) -> int:

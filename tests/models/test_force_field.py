@@ -412,3 +412,67 @@ def test_cuda_force_field_matches_cpu(sample, inducing):
     scale = max(np.abs(x).max() for x in f_cpu)
     for a, b in zip(f_gpu, f_cpu):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-7 * scale)
+
+
+def test_the_upper_triangle_storage_fits_the_full_models_coefficients(sample, tmp_path, monkeypatch):
+    """``kernel_storage="upper"`` with fixed λ's: K's upper triangle in configuration order, in
+    row panels of 50 rows (28 rows per frame: frames straddle panels) from blocks of 3 frames,
+    factored in place, gives the coefficients of the full model's Cholesky solve of the same
+    K + Λ (both factor one matrix in different orders of summation; cond ≲ 1e5 with λ ≥ 1e-4
+    of the diagonal: ≈ 1e-11 relative; bound 1e-8), with and without a kernel cache; with the
+    cache, a second fit reads every block (no row computed)."""
+    from molntk.molecular import derivative_kernels
+
+    mols, e, f = sample
+    rows = [0, 11, 22, 33, 44, 55, 66]
+    train = ([mols[i] for i in rows], e[rows], [f[i] for i in rows])
+    monkeypatch.setattr(force_field, "CHOLESKY_BLOCK", 50)
+    monkeypatch.setattr(derivative_kernels, "CACHED_MOLECULES", 3)
+    full = SO3ForceFieldRegressor(reg_energy=1e-3, reg_force=1e-2, **PARAMS).fit(*train)
+    scale = np.abs(np.r_[full.energy_coef_, full.force_coef_]).max()
+    for cache in (None, tmp_path):
+        upper = SO3ForceFieldRegressor(reg_energy=1e-3, reg_force=1e-2, kernel_storage="upper", **PARAMS)
+        upper.fit(*train, kernel_cache=cache)
+        np.testing.assert_allclose(upper.energy_coef_, full.energy_coef_, rtol=0, atol=1e-8 * scale)
+        np.testing.assert_allclose(upper.force_coef_, full.force_coef_, rtol=0, atol=1e-8 * scale)
+    monkeypatch.setattr(derivative_kernels, "closed_form_rows", lambda *a, **k: pytest.fail("row computed"))
+    again = SO3ForceFieldRegressor(reg_energy=1e-3, reg_force=1e-2, kernel_storage="upper", **PARAMS)
+    np.testing.assert_array_equal(again.fit(*train, kernel_cache=tmp_path).force_coef_, upper.force_coef_)
+
+
+def test_the_upper_triangle_storage_chooses_the_noise_on_the_first_configurations(sample, monkeypatch):
+    """With "cv" λ's the upper storage takes :func:`select_noise` on the joint kernel of the
+    first configurations (here the first 3 of 6 frames: the start budget of 3 · 28 rows):
+    exactly its λ's, its criterion to 1e-8 (the fit's targets subtract the dressed-atom least
+    squares, here the mean by another summation: measured 1.4e-10 relative), then the full
+    model's coefficients at those λ's (bound 1e-8 relative, as above)."""
+    mols, e, f = sample
+    rows = [1, 12, 23, 34, 45, 56]
+    train = ([mols[i] for i in rows], e[rows], [f[i] for i in rows])
+    monkeypatch.setattr(force_field, "LOCAL_START_ROWS", 3 * 28)
+    upper = SO3ForceFieldRegressor(kernel_storage="upper", **PARAMS).fit(*train)
+    first = train[0][:3]
+    is_force, groups = joint_rows(3, [9, 9, 9])
+    y = np.concatenate([e[rows][:3] - e[rows].mean(), np.concatenate([f[i].reshape(-1) for i in rows[:3]])])
+    expected = select_noise(force_field.joint_kernel(upper.kernel_, first), y, is_force, groups, floor=1e-4)
+    assert (upper.reg_energy_, upper.reg_force_) == (expected.reg_energy, expected.reg_force)
+    assert upper.cv_score_ == pytest.approx(expected.score, rel=1e-8)
+    full = SO3ForceFieldRegressor(reg_energy=upper.reg_energy_, reg_force=upper.reg_force_, **PARAMS).fit(*train)
+    scale = np.abs(full.force_coef_).max()
+    np.testing.assert_allclose(upper.force_coef_, full.force_coef_, rtol=0, atol=1e-8 * scale)
+
+
+def test_the_upper_triangle_storage_is_checked(sample):
+    """A bad ``kernel_storage``, or "upper" with a sparse model, is an InputError naming it;
+    its memory check counts the upper triangle with the diagonal blocks: aspirin's 64,000 rows
+    fit 24 GiB (16.5 GB), 90,000 rows do not."""
+    mols, e, f = sample
+    with pytest.raises(InputError, match="kernel_storage.*'full' or 'upper'"):
+        SO3ForceFieldRegressor(kernel_storage="half", **PARAMS).fit(mols[:2], e[:2], f[:2])
+    for sparse in ({"inducing": 10}, {"inducing_frames": 1}):
+        with pytest.raises(InputError, match="kernel_storage.*sparse"):
+            SO3ForceFieldRegressor(kernel_storage="upper", **sparse, **PARAMS).fit(mols[:2], e[:2], f[:2])
+    assert force_field.upper_host_bytes(64_000) == 8 * 64_000 * (64_000 + 1024) // 2
+    force_field.check_upper_memory(64_000, available=24 * 2**30)
+    with pytest.raises(InputError, match="kernel_storage.*90,000 joint rows"):
+        force_field.check_upper_memory(90_000, available=24 * 2**30)

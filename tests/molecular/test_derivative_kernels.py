@@ -344,3 +344,22 @@ def test_bad_inputs_name_the_argument(frames):
         derivative_rows(SO3ModelRecipe(grid_band_limit=2, features=FEATURES, dtype="float32").molecular_kernel(), frames[0], frames[1:2])
     with pytest.raises(InputError, match="molecules"):
         joint_kernel(k, [])
+
+
+def test_the_pass_that_completes_the_cache_skips_the_stored_blocks(frames, tmp_path, monkeypatch):
+    """``joint_blocks(..., stored=False)`` (blocks of 2 of 5 molecules: {0, 1}, {2, 3}, {4})
+    reads and yields no stored block: with all stored it yields nothing and reports 3 of 3;
+    with the middle block's file removed it computes and yields that block alone, equal to
+    the stored one to rounding (BLAS may round differently between calls: bound 1e-13)."""
+    monkeypatch.setattr(derivative_kernels, "CACHED_MOLECULES", 2)
+    k, mols = kernel(), frames[:5]
+    whole = {a: block for a, _, block in derivative_kernels.joint_blocks(k, mols, cache_dir=tmp_path)}
+    reports = []
+    assert list(derivative_kernels.joint_blocks(k, mols, cache_dir=tmp_path, stored=False,
+                                                progress=lambda *r: reports.append(r))) == []
+    assert reports == [(3, 3)]
+    cache = derivative_kernels.joint_block_cache(tmp_path, k, mols, closed=True)
+    cache.path(np.arange(2, 4), np.arange(2, 5)).unlink()
+    again = list(derivative_kernels.joint_blocks(k, mols, cache_dir=tmp_path, stored=False))
+    assert [(a, b) for a, b, _ in again] == [(2, 4)]
+    np.testing.assert_allclose(again[0][2], whole[2], rtol=0, atol=1e-13 * np.abs(whole[2]).max())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.linalg
 
 from molntk.errors import InputError
 from molntk.regression import blocked_cholesky
@@ -68,3 +69,43 @@ def test_solve_in_place_says_none_when_not_positive_definite_and_restores_the_ma
     coef = cholesky_solve_in_place(K, y, 1e-3, SymmetricBackup(K))
     np.testing.assert_array_equal(K, before)
     np.testing.assert_allclose((K + 1e-3 * np.eye(1500)) @ coef, y, atol=1e-9)
+
+
+@pytest.mark.parametrize("m", [2300, 64])
+def test_row_panels_of_the_upper_triangle_factor_and_solve_like_lapack(m: int) -> None:
+    """The upper triangle alone, as row panels of 1,024 rows (2,300: two whole panels and a
+    partial one; 64: one) with nothing below the diagonal (the panels' diagonal blocks zero
+    there, as a configuration-ordered kernel leaves them): their factor is LAPACK's of the
+    whole matrix and the solve is ``scipy.linalg.cho_solve``'s. The matrix is well conditioned
+    (cond ≈ 1e3), so the two orders of summation agree to ≈ 1e-13 relative; bound 1e-10."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(m, m + 10))
+    A = x @ x.T / m + np.eye(m)
+    panels = blocked_cholesky.upper_panels(m)
+    assert [p.shape for p in panels] == [(k.stop - k.start, m - k.start) for k in blocked_cholesky.row_slices(m, 1024)]
+    for p, k in zip(panels, blocked_cholesky.row_slices(m, 1024)):
+        p[:] = np.triu(A[k, k.start :])  # the upper triangle only
+    shift = rng.uniform(0.1, 0.2, size=m)
+    blocked_cholesky.add_to_panels_diagonal(panels, shift)
+    assert blocked_cholesky.upper_cholesky_panels(panels) == 0
+    T = np.linalg.cholesky(A + np.diag(shift)).T
+    for p, k in zip(panels, blocked_cholesky.row_slices(m, 1024)):
+        np.testing.assert_allclose(np.triu(p), T[k, k.start :], rtol=0, atol=1e-10 * np.abs(T).max())
+    y = rng.normal(size=(m, 2))
+    expected = scipy.linalg.cho_solve((T, False), y)
+    np.testing.assert_allclose(blocked_cholesky.upper_panels_solve(panels, y), expected, rtol=0,
+                               atol=1e-10 * np.abs(expected).max())
+    np.testing.assert_allclose(blocked_cholesky.upper_panels_solve(panels, y[:, 0]), expected[:, 0], rtol=0,
+                               atol=1e-10 * np.abs(expected).max())
+
+
+def test_row_panels_report_the_first_pivot_that_is_not_positive() -> None:
+    """A matrix whose leading 1,500 × 1,500 block is positive definite and whose row 1,500 is
+    not (a negative diagonal entry with no coupling): LAPACK's info, the 1-based row 1,501."""
+    m = 2000
+    A = np.eye(m)
+    A[1500, 1500] = -1.0
+    panels = blocked_cholesky.upper_panels(m)
+    for p, k in zip(panels, blocked_cholesky.row_slices(m, 1024)):
+        p[:] = A[k, k.start :]
+    assert blocked_cholesky.upper_cholesky_panels(panels) == 1501

@@ -390,8 +390,9 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
     ``kernel_storage`` (exact model): "full" (K as a square array, every noise search) or
     "upper" (only its upper triangle, in configuration order, as row panels: half the memory,
     for the largest exact models a machine holds; the λ's by the grid on the first
-    :data:`LOCAL_START_ROWS` rows' configurations, then one factorisation of the whole K + Λ;
-    with ``kernel_cache`` the kernel is completed in the cache before the panels are made);
+    :data:`LOCAL_START_ROWS` rows' configurations, ``cv_score_`` their criterion, then one
+    factorisation of the whole K + Λ; with ``kernel_cache`` the kernel is completed in the
+    cache before the panels are made);
     ``baseline`` (None, or the physical baseline of Δ-learning, module docstring) and ``unit``
     (the energy unit of the data: needed with a baseline; the ASE calculator reads it).
 

@@ -129,8 +129,8 @@ from molntk.models.model_files import (dressed_atom_arrays, dressed_atom_from_ar
                                        molecules_from_arrays, optional_text, provenance_from_meta, training_provenance,
                                        write_model_archive)
 from molntk.models.so3_recipe import SO3ModelRecipe
-from molntk.molecular.derivative_kernels import (block_indices, derivative_rows, expansion_energy_and_gradient,
-                                                 joint_blocks, joint_kernel)
+from molntk.molecular.derivative_kernels import (block_indices, complete_joint_cache, derivative_rows,
+                                                 expansion_energy_and_gradient, joint_blocks, joint_kernel)
 from molntk.molecular.force_rows import force_rows
 from molntk.molecular.pooled_derivatives import (
     closed_form_expansion,
@@ -140,8 +140,9 @@ from molntk.molecular.pooled_derivatives import (
     value_budget,
 )
 from molntk.molecular.so3 import SO3MolecularKernel
-from molntk.regression.blocked_cholesky import (CHOLESKY_BLOCK, add_to_panels_diagonal, upper_cholesky_in_place,
-                                              upper_cholesky_panels, upper_panels, upper_panels_solve)
+from molntk.regression.blocked_cholesky import (CHOLESKY_BLOCK, add_to_panels_diagonal, place_in_panels,
+                                              upper_cholesky_in_place, upper_cholesky_panels, upper_panels,
+                                              upper_panels_solve)
 from molntk.regression.dressed_atom import DressedAtomModel, element_counts
 from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, NoiseChoice, cholesky_grouped_residuals, climb_noise,
                                             grouped_residuals, loo_criterion, nearest_index, on_grid_edge,
@@ -178,6 +179,13 @@ def joint_rows(n_molecules: int, n_atoms: Sequence[int]) -> tuple[np.ndarray, li
     is_force[n_molecules:] = True
     groups = [np.concatenate([[i], n_molecules + np.arange(offsets[i], offsets[i + 1])]) for i in range(n_molecules)]
     return is_force, groups
+
+
+def leading_configurations(groups: Sequence[np.ndarray], first: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The joint rows of the first ``first`` configurations (their energies, then their forces:
+    the joint system of those configurations alone) and that system's force mask and groups."""
+    rows = np.concatenate([np.arange(first), *[g[1:] for g in groups[:first]]])
+    return rows, *joint_rows(first, [(len(g) - 1) // 3 for g in groups[:first]])
 
 
 def force_offsets_of(n_atoms: Sequence[int]) -> np.ndarray:
@@ -233,8 +241,7 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
     start_configs = local_start(groups) if start_configs is None else start_configs
     if len(groups) <= start_configs:
         return select_noise(K, y, is_force, groups, floor)
-    rows = np.concatenate([np.arange(start_configs), *[g[1:] for g in groups[:start_configs]]])
-    sub_force, sub_groups = joint_rows(start_configs, [(len(g) - 1) // 3 for g in groups[:start_configs]])
+    rows, sub_force, sub_groups = leading_configurations(groups, start_configs)
     sub_k = K[np.ix_(rows, rows)]
     sub_diag = np.diag(sub_k)
     start_choice = select_noise(sub_k, y[rows], sub_force, sub_groups, floor)
@@ -312,20 +319,6 @@ def check_upper_memory(rows: int, available: int | None = None) -> None:
         raise InputError("kernel_storage", f"the upper triangle of {rows:,} joint rows needs ≈ {need / 2**30:.1f} GiB "
                          f"of memory, {available / 2**30:.1f} GiB are available; give inducing_frames=m or fewer "
                          "configurations")
-
-
-def place_upper(panels: list[np.ndarray], rows: np.ndarray, cols: np.ndarray, block: np.ndarray) -> None:
-    """Write the entries of ``block`` (at ``rows`` × ``cols`` of the matrix) that lie in the row
-    panels of :func:`~molntk.regression.blocked_cholesky.upper_panels` (column ≥ the row's
-    panel start) into them; the others are below the diagonal blocks."""
-    start = 0
-    for panel in panels:
-        stop = start + panel.shape[0]
-        inside = (rows >= start) & (rows < stop)
-        if inside.any():
-            keep = cols >= start
-            panel[np.ix_(rows[inside] - start, cols[keep] - start)] = block[np.ix_(inside, keep)]
-        start = stop
 
 
 def check_frames_memory(rows: int, columns: int, energy_rows: int, scored: int, available: int | None = None) -> None:
@@ -574,8 +567,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         check_upper_memory(rows)
         if lam_e is None:
             first = local_start(groups)
-            sub_rows = np.concatenate([np.arange(first), *[g[1:] for g in groups[:first]]])
-            sub_force, sub_groups = joint_rows(first, [m.n_atoms for m in molecules[:first]])
+            sub_rows, sub_force, sub_groups = leading_configurations(groups, first)
             choice = select_noise(joint_kernel(kernel, molecules[:first], cache_dir=kernel_cache), y[sub_rows], sub_force,
                                   sub_groups, floor=self.psd_rtol)
             lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_, self.noise_factorisations_ = choice
@@ -583,8 +575,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             self.cv_score_ = self.reg_at_grid_edge_ = self.noise_factorisations_ = None
         self.reg_energy_, self.reg_force_ = lam_e, lam_f
         if kernel_cache is not None:
-            for _ in joint_blocks(kernel, molecules, cache_dir=kernel_cache, progress=progress, stored=False):
-                pass
+            complete_joint_cache(kernel, molecules, kernel_cache, progress=progress)
         order = np.concatenate(groups)  # configuration-major row p is joint row order[p]
         position = np.empty_like(order)
         position[order] = np.arange(rows)
@@ -593,7 +584,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         for a, b, block in joint_blocks(kernel, molecules, cache_dir=kernel_cache,
                                         progress=None if kernel_cache is not None else progress):
             block_rows, block_cols, _ = block_indices(n, off, a, b)
-            place_upper(panels, position[block_rows], position[block_cols], block)
+            place_in_panels(panels, position[block_rows], position[block_cols], block)
         add_to_panels_diagonal(panels, np.where(is_force, lam_f, lam_e)[order])
         info = upper_cholesky_panels(panels)
         if info:

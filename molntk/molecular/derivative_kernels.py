@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,6 +297,14 @@ def joint_blocks(kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
             if progress is not None:
                 progress(done, len(starts))
         yield a, b, joint
+
+
+def complete_joint_cache(kernel: SO3MolecularKernel, molecules: Sequence[Molecule], cache_dir: str | Path, *,
+                         progress: ProgressCallback | None = None) -> None:
+    """Compute and store in ``cache_dir`` the blocks of the symmetric joint matrix of
+    ``molecules`` that it lacks (:func:`joint_blocks` with ``stored=False``), holding none of
+    them afterwards: a later call reads the whole matrix without the tangent feature maps."""
+    deque(joint_blocks(kernel, molecules, cache_dir=cache_dir, progress=progress, stored=False), maxlen=0)
 
 
 class _BlockRows:

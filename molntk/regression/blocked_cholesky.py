@@ -86,6 +86,20 @@ def upper_panels_solve(panels: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     return x.numpy().reshape(np.shape(y))
 
 
+def place_in_panels(panels: list[np.ndarray], rows: np.ndarray, cols: np.ndarray, block: np.ndarray) -> None:
+    """Write the entries of ``block`` (at ``rows`` × ``cols`` of the matrix) that lie in the row
+    panels of :func:`upper_panels` (column ≥ the row's panel start) into them; the others are
+    below the diagonal blocks."""
+    start = 0
+    for panel in panels:
+        stop = start + panel.shape[0]
+        inside = (rows >= start) & (rows < stop)
+        if inside.any():
+            keep = cols >= start
+            panel[np.ix_(rows[inside] - start, cols[keep] - start)] = block[np.ix_(inside, keep)]
+        start = stop
+
+
 def add_to_panels_diagonal(panels: list[np.ndarray], shift: np.ndarray) -> None:
     """A + diag(``shift``) for A in row panels (:func:`upper_panels`), in place."""
     start = 0

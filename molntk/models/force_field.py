@@ -107,8 +107,10 @@ environments are recomputed from the stored training molecules).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,6 +141,7 @@ from molntk.molecular.pooled_derivatives import (
     tangent_features,
     value_budget,
 )
+from molntk.molecular.sets import molecule_digests
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.regression.blocked_cholesky import (CHOLESKY_BLOCK, add_to_panels_diagonal, place_in_panels,
                                               upper_cholesky_in_place, upper_cholesky_panels, upper_panels,
@@ -151,6 +154,7 @@ from molntk.regression.sparse_joint import (fit_sparse_joint, scored_rows, solve
                                             sparse_joint_system)
 from molntk.scale.memory import available_ram_bytes
 from molntk.scale.progress import ProgressCallback
+from molntk.utils.files import atomic_write_json
 
 #: Query molecules whose tangent feature maps are computed together when predicting (exact model).
 QUERY_BATCH = 64
@@ -280,6 +284,44 @@ def select_noise_local(K: np.ndarray, y: np.ndarray, is_force: np.ndarray, group
     rho, q = SCALE_GRID[i], RATIO_GRID[j]
     return NoiseChoice(float(rho) * scale_e, float(q * rho) * scale_f, scores[(i, j)],
                        on_grid_edge(rho, q, floor, not_positive=not_positive), factorisations)
+
+
+#: The folder inside a kernel cache where :func:`stored_noise_choice` keeps its choices.
+NOISE_FOLDER = "noise"
+
+
+def stored_noise_choice(cache_dir: str | Path | None, kernel: SO3MolecularKernel, molecules: Sequence[Molecule],
+                        y: np.ndarray, is_force: np.ndarray, floor: float,
+                        search: Callable[[], NoiseChoice]) -> NoiseChoice:
+    """``search()`` (the :func:`select_noise` of the joint system of ``molecules``, targets
+    ``y``), its result kept as ``<cache_dir>/noise/<key>.json`` (written atomically) and read
+    back on the next call with the same key:
+
+        key = sha256(json{kernel settings, the molecules' content digests, y, is_force, floor,
+                          the (ρ, q) grid, molntk version})
+
+    so a long fit killed after its search (the upper storage: a 64,000-row factorisation
+    follows) does not search again. ``cache_dir`` None: ``search()``. A stored file that
+    cannot be read is searched again and rewritten."""
+    if cache_dir is None:
+        return search()
+    digest = hashlib.sha256()
+    for part in (molecule_digests(molecules), np.asarray(y, dtype=np.float64), np.asarray(is_force, dtype=bool),
+                 np.asarray(RATIO_GRID, dtype=np.float64), np.asarray(SCALE_GRID, dtype=np.float64)):
+        digest.update(np.ascontiguousarray(part).tobytes())
+    material = json.dumps({"kernel": kernel.settings(), "values": digest.hexdigest(), "floor": float(floor),
+                           "molntk": __version__}, sort_keys=True, default=str)
+    path = Path(cache_dir) / NOISE_FOLDER / f"{hashlib.sha256(material.encode()).hexdigest()[:40]}.json"
+    try:
+        stored = json.loads(path.read_text())
+        return NoiseChoice(float(stored["reg_energy"]), float(stored["reg_force"]), float(stored["score"]),
+                           bool(stored["at_grid_edge"]), int(stored["factorisations"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        choice = search()
+        atomic_write_json(path, {"reg_energy": float(choice.reg_energy), "reg_force": float(choice.reg_force),
+                                 "score": float(choice.score), "at_grid_edge": bool(choice.at_grid_edge),
+                                 "factorisations": int(choice.factorisations)})
+        return choice
 
 
 def exact_host_bytes(rows: int, grid_search: bool) -> int:
@@ -558,7 +600,9 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
                          kernel_cache: str | Path | None, progress: ProgressCallback | None) -> None:
         """α of the exact model with K held as the upper triangle of its configuration-major
         order (``kernel_storage="upper"``): the λ's by :func:`select_noise` on the first
-        :func:`local_start` configurations (their own joint kernel), then, with ``kernel_cache``,
+        :func:`local_start` configurations (their own joint kernel; with ``kernel_cache`` the
+        choice is kept there, :func:`stored_noise_choice`, so a rerun after a kill does not search
+        again), then, with ``kernel_cache``,
         every block of K computed into the cache before the panels are made (the tangent maps
         and the panels are never held together), the blocks placed in the panels of
         :func:`~molntk.regression.blocked_cholesky.upper_panels` (rows of configuration i
@@ -568,8 +612,10 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         if lam_e is None:
             first = local_start(groups)
             sub_rows, sub_force, sub_groups = leading_configurations(groups, first)
-            choice = select_noise(joint_kernel(kernel, molecules[:first], cache_dir=kernel_cache), y[sub_rows], sub_force,
-                                  sub_groups, floor=self.psd_rtol)
+            choice = stored_noise_choice(
+                kernel_cache, kernel, molecules[:first], y[sub_rows], sub_force, self.psd_rtol,
+                lambda: select_noise(joint_kernel(kernel, molecules[:first], cache_dir=kernel_cache), y[sub_rows],
+                                     sub_force, sub_groups, floor=self.psd_rtol))
             lam_e, lam_f, self.cv_score_, self.reg_at_grid_edge_, self.noise_factorisations_ = choice
         else:
             self.cv_score_ = self.reg_at_grid_edge_ = self.noise_factorisations_ = None

@@ -9,6 +9,7 @@ coarse a grid is accurate to a few per cent only).
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -460,6 +461,33 @@ def test_the_upper_triangle_storage_chooses_the_noise_on_the_first_configuration
     full = SO3ForceFieldRegressor(reg_energy=upper.reg_energy_, reg_force=upper.reg_force_, **PARAMS).fit(*train)
     scale = np.abs(full.force_coef_).max()
     np.testing.assert_allclose(upper.force_coef_, full.force_coef_, rtol=0, atol=1e-8 * scale)
+
+
+def test_the_upper_triangle_storage_keeps_its_noise_choice_with_the_kernel_cache(sample, tmp_path, monkeypatch):
+    """With a kernel cache the λ search of the upper storage is kept (``noise/<key>.json``): a
+    second fit of the same data reads it (the search is not called) and gets the same λ's,
+    criterion and coefficients, bit for bit; other targets are another key (searched); a
+    damaged file is searched again and rewritten."""
+    mols, e, f = sample
+    rows = [2, 13, 24, 35, 46, 57]
+    train = ([mols[i] for i in rows], e[rows], [f[i] for i in rows])
+    monkeypatch.setattr(force_field, "LOCAL_START_ROWS", 3 * 28)
+    searches = []
+    real = force_field.select_noise
+    monkeypatch.setattr(force_field, "select_noise", lambda *a, **k: searches.append(1) or real(*a, **k))
+    first = SO3ForceFieldRegressor(kernel_storage="upper", **PARAMS).fit(*train, kernel_cache=tmp_path)
+    [stored] = (tmp_path / force_field.NOISE_FOLDER).glob("*.json")
+    again = SO3ForceFieldRegressor(kernel_storage="upper", **PARAMS).fit(*train, kernel_cache=tmp_path)
+    assert len(searches) == 1
+    for key in ("reg_energy_", "reg_force_", "cv_score_", "reg_at_grid_edge_", "noise_factorisations_"):
+        assert getattr(again, key) == getattr(first, key)
+    np.testing.assert_array_equal(again.force_coef_, first.force_coef_)
+    SO3ForceFieldRegressor(kernel_storage="upper", **PARAMS).fit(train[0], 2 * train[1], train[2], kernel_cache=tmp_path)
+    assert len(searches) == 2 and len(list((tmp_path / force_field.NOISE_FOLDER).glob("*.json"))) == 2
+    stored.write_text("{")
+    damaged = SO3ForceFieldRegressor(kernel_storage="upper", **PARAMS).fit(*train, kernel_cache=tmp_path)
+    assert len(searches) == 3 and damaged.reg_energy_ == first.reg_energy_
+    assert json.loads(stored.read_text())["reg_force"] == first.reg_force_
 
 
 def test_the_upper_triangle_storage_is_checked(sample):

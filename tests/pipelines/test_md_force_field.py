@@ -187,6 +187,53 @@ def test_a_run_killed_while_predicting_predicts_again_from_the_stored_force_fiel
     assert md_run.FRAME_ERRORS not in again
 
 
+def test_a_run_killed_between_prediction_batches_predicts_only_the_batches_it_lacks(tmp_path, monkeypatch):
+    """Batches of 2 of the 5 test frames (2, 2, 1): the run is killed in the second batch's
+    prediction; the first batch is kept (``<key>.predictions/<model sha>/0-2.npz``). The rerun
+    predicts the second and third batches only, its errors equal an uninterrupted run's in
+    another folder (the same fit: 1e-10 relative), and its ``predict_seconds`` is the sum of
+    the stored batches' seconds. A damaged batch file is predicted again (and only it)."""
+    from molntk.pipelines.md import fits
+
+    text = ("split: {n_train: [5], n_test: 5, seed: 0}\n"
+            "models: {so3_forces: null, so3_energy: null, sgdml: null,"
+            " so3_forces_frames: {params: {grid_band_limit: 3, inducing_frames: 2}}}\n"
+            "compute: {threads: 1}\n")
+    config = TASKS.load(write_config(tmp_path, text), [f"output={tmp_path / 'out'}"])
+    monkeypatch.setattr(fits, "QUERY_BATCH", 2)
+    real_predict = SO3ForceFieldRegressor.predict_forces
+    batches = []
+
+    def counted(self, molecules, *args, **kwargs):
+        batches.append(len(molecules))
+        if len(batches) == 2 and kill:
+            raise RuntimeError("killed while predicting")
+        return real_predict(self, molecules, *args, **kwargs)
+
+    monkeypatch.setattr(SO3ForceFieldRegressor, "predict_forces", counted)
+    kill = True
+    with pytest.raises(MolntkError, match="killed while predicting"):
+        TASKS[config.task].run(config, "md.yaml")
+    [kept] = (tmp_path / "out" / "fit_cache").glob("*.predictions/*/*.npz")
+    assert kept.name == "0-2.npz"
+    kill, batches[:] = False, []
+    [again] = TASKS[config.task].run(config, "md.yaml")["results"]
+    assert batches == [2, 1]
+    stored = sorted((tmp_path / "out" / "fit_cache").glob("*.predictions/*/*.npz"))
+    assert [p.name for p in stored] == ["0-2.npz", "2-4.npz", "4-5.npz"]
+    assert again["predict_seconds"] == pytest.approx(sum(float(np.load(p)["seconds"]) for p in stored), rel=1e-12)
+    fresh = TASKS.load(write_config(tmp_path, text), [f"output={tmp_path / 'fresh'}"])
+    [plain] = TASKS[fresh.task].run(fresh, "md.yaml")["results"]
+    for key in ("energy_mae", "force_mae"):
+        assert again[key] == pytest.approx(plain[key], rel=1e-10)
+    stored[1].write_bytes(b"not a batch")
+    [record] = (tmp_path / "out" / "fit_cache").glob("*.json")
+    record.unlink()  # the run then reads the stored model and its predictions
+    batches[:] = []
+    [third] = TASKS[config.task].run(config, "md.yaml")["results"]
+    assert batches == [2] and third["force_mae"] == again["force_mae"]
+
+
 def test_without_the_cache_nothing_is_stored_and_a_run_whose_every_fit_fails_says_so(tmp_path):
     config = TASKS.load(write_config(tmp_path, (
         "split: {n_train: [4], n_test: 4, seed: 0}\ncache: false\n"

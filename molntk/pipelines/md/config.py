@@ -150,4 +150,5 @@ class MDForceFieldConfig(TaskConfig):
     compute: MDComputeConfig = MDComputeConfig()
     output: UserPath | None = None
     cache: bool = Field(default=True, description="keep each fit's record in <output>/fit_cache and the exact (or frames) force "
-                        "field's kernel rows in <output>/kernel_cache: a killed run resumes")
+                        "field's kernel rows (and its noise choice) in <output>/kernel_cache, its predictions a batch at a time: "
+                        "a killed run resumes")

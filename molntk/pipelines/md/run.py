@@ -27,7 +27,7 @@ from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.pipelines.comparisons import lowest_against_others
 from molntk.pipelines.files import output_dir, plot_learning_curve, result_set, write_metrics_csv, write_report
 from molntk.pipelines.md.config import MDForceFieldConfig, MDSplitConfig
-from molntk.pipelines.md.fits import FOLDER, KERNEL_FOLDER, FitStore, load_fitted, save_fitted
+from molntk.pipelines.md.fits import FOLDER, KERNEL_FOLDER, FitStore, load_fitted, predict_stored, save_fitted
 from molntk.regression.metrics import mae, mean_error_interval, rmse
 from molntk.scale.devices import torch_threads
 from molntk.scale.progress import Progress, labelled
@@ -107,7 +107,8 @@ def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray
     such a force field's kernel blocks and prediction batches, labelled ``"<name> N=<n>
     kernel"`` and ``"… predict"`` (:meth:`SO3ForceFieldRegressor.fit`, ``predict_forces``).
     ``model_file``: where such a force field is stored once fitted, and read instead of
-    fitting when it is there (:func:`~molntk.pipelines.md.fits.load_fitted`)."""
+    fitting when it is there (:func:`~molntk.pipelines.md.fits.load_fitted`); its predictions
+    are kept beside it a batch at a time (:func:`~molntk.pipelines.md.fits.predict_stored`)."""
     pick = lambda rows: [data.molecules[i] for i in rows]  # noqa: E731
     forces = [data.forces[i] for i in train]
     stored = load_fitted(model_file) if isinstance(estimator, SO3ForceFieldRegressor) else None
@@ -126,13 +127,13 @@ def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray
         fit_seconds = time.perf_counter() - tic
         if isinstance(estimator, SO3ForceFieldRegressor):
             save_fitted(model_file, estimator, fit_seconds)
-    tic = time.perf_counter()
     if isinstance(estimator, SO3ForceFieldRegressor):
-        e_pred, f_pred = estimator.predict_forces(pick(test), return_energy=True,
-                                                  progress=labelled(progress, f"{name} N={len(train)} predict"))
+        e_pred, f_pred, predict_seconds = predict_stored(estimator, pick(test), model_file,
+                                                         labelled(progress, f"{name} N={len(train)} predict"))
     else:
+        tic = time.perf_counter()
         e_pred, f_pred = estimator.predict_forces(pick(test), return_energy=True)
-    predict_seconds = time.perf_counter() - tic
+        predict_seconds = time.perf_counter() - tic
     f_true, f_flat = np.concatenate([data.forces[i] for i in test]).ravel(), np.concatenate(f_pred).ravel()
     energy_errors = np.abs(energies[test] - np.asarray(e_pred))
     force_sums = np.array([np.abs(np.asarray(data.forces[i]) - np.asarray(f)).sum() for i, f in zip(test, f_pred)])
@@ -193,7 +194,8 @@ def run_md_force_field(config: MDForceFieldConfig, source: str, progress: Progre
     (:mod:`~molntk.pipelines.md.fits`, ``cache: true``): a rerun resumes, and an exact SO(3)
     force field or one on inducing frames stores its joint kernel's rows as they are computed
     (``kernel_cache/``), so a fit killed halfway resumes too; an SO(3) force field is stored
-    once fitted, before its predictions (``fit_cache/<key>.molntk.npz``). A fit that raises is reported in ``failed_fits`` ({model,
+    once fitted, before its predictions (``fit_cache/<key>.molntk.npz``), and its predictions a batch
+    at a time (``fit_cache/<key>.predictions/``). A fit that raises is reported in ``failed_fits`` ({model,
     n_train, error}) and the others go on; MolntkError when every fit failed."""
     start = time.perf_counter()
     out = output_dir(config.name, config.output)  # checked before any work

@@ -152,6 +152,7 @@ from molntk.regression.noise_search import (RATIO_GRID, SCALE_GRID, NoiseChoice,
                                             search_noise)
 from molntk.regression.sparse_joint import (fit_sparse_joint, scored_rows, solve_sparse_joint, sparse_joint_host_bytes,
                                             sparse_joint_system)
+from molntk.scale.devices import map_over_threads
 from molntk.scale.memory import available_ram_bytes
 from molntk.scale.progress import ProgressCallback
 from molntk.utils.files import atomic_write_json
@@ -742,7 +743,9 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         """The exact model's s(M) = Σ_j α_E,j Θ(M, M_j) − Σ_j α_F,jᵀ ∂Θ(M, M_j)/∂r_j and ∂s/∂r
         (n, 3) of each molecule (M_j the training configurations, or the inducing ones with
         ``inducing_frames``): in closed form against their tangents contracted with
-        −α_F once per fitted model (:mod:`~molntk.molecular.pooled_derivatives`), else by autograd."""
+        −α_F once per fitted model (:mod:`~molntk.molecular.pooled_derivatives`; the query
+        molecules side by side on the CPU's threads, :func:`~molntk.scale.devices.map_over_threads`),
+        else by autograd."""
         kernel = self.kernel_
         if not closed_form_supported(kernel):
             return [expansion_energy_and_gradient(kernel, m, self._expansion_molecules(), self.energy_coef_,
@@ -756,9 +759,12 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         out = []
         for start in range(0, len(molecules), QUERY_BATCH):  # the query tangents of a batch in one pass
             queries = tangent_features(kernel, molecules[start : start + QUERY_BATCH])
-            for i in range(len(queries.n_atoms)):
+
+            def expansion(i: int) -> tuple[float, np.ndarray]:
                 value, grad = closed_form_expansion(kernel, queries.molecules(i, i + 1), self._references, a, budget=budget)
-                out.append((value, grad.reshape(-1, 3)))
+                return value, grad.reshape(-1, 3)
+
+            out += map_over_threads(expansion, range(len(queries.n_atoms)), device)
             if progress is not None:
                 progress(start // QUERY_BATCH + 1, -(-len(molecules) // QUERY_BATCH))
         return out

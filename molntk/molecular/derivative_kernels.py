@@ -80,6 +80,7 @@ from molntk.molecular.pooled_derivatives import (
 from molntk.molecular.sets import molecule_digests
 from molntk.molecular.so3 import SO3MolecularKernel
 from molntk.scale.cache import BlockCache
+from molntk.scale.devices import map_over_threads
 from molntk.scale.progress import ProgressCallback
 from molntk.utils.autograd import grads_or_zeros
 
@@ -319,7 +320,8 @@ class _BlockRows:
 
     def __call__(self, a: int, b: int) -> np.ndarray:
         """Rows of molecules a … b−1 (module docstring's signs); symmetric: each pair i ≤ j from
-        row i, the block's own pairs i > j mirrored."""
+        row i, the block's own pairs i > j mirrored. The molecules' rows are computed side by
+        side on the CPU's threads (:func:`~molntk.scale.devices.map_over_threads`)."""
         kernel, n2, off, off2 = self.kernel, len(self.others), self.off, self.off2
         first = a if self.same else 0  # the first column molecule
         energy_cols = n2 - first
@@ -329,8 +331,9 @@ class _BlockRows:
                 self.tangents2 = tangent_features(kernel, self.others)
             query = self.tangents2 if self.same else tangent_features(kernel, self.molecules[a:b])
             budget = value_budget(kernel.ctx.device)
-        spans = []  # symmetric: each query molecule's rows and columns in the block
-        for i in range(a, b):
+
+        def place(i: int) -> tuple[np.ndarray, np.ndarray]:
+            """Compute molecule i's rows into ``joint``; its rows and columns there."""
             start = i if self.same else 0
             if self.closed:
                 q = query.molecules(i, i + 1) if self.same else query.molecules(i - a, i - a + 1)
@@ -342,12 +345,14 @@ class _BlockRows:
             c_f = slice(energy_cols + off2[start] - off2[first], joint.shape[1])
             joint[r_e, c_e], joint[r_e, c_f] = rows.theta, -rows.d_ref
             joint[r_f, c_e], joint[r_f, c_f] = -rows.d_query, rows.mixed
-            if self.same:
-                spans.append((np.r_[r_e, np.arange(r_f.start, r_f.stop)],
-                              np.r_[c_e.start, energy_cols + np.arange(off[i] - off[a], off[i + 1] - off[a])]))
-        for later, (rows_i, cols_i) in enumerate(spans):  # pairs i > j within the block: transposes of j < i
-            for rows_j, cols_j in spans[:later]:
-                joint[np.ix_(rows_i, cols_j)] = joint[np.ix_(rows_j, cols_i)].T
+            return (np.r_[r_e, np.arange(r_f.start, r_f.stop)],
+                    np.r_[c_e.start, energy_cols + np.arange(off[i] - off[a], off[i + 1] - off[a])])
+
+        spans = map_over_threads(place, range(a, b), kernel.ctx.device)  # disjoint rows of ``joint``
+        if self.same:  # pairs i > j within the block: transposes of j < i
+            for later, (rows_i, cols_i) in enumerate(spans):
+                for rows_j, cols_j in spans[:later]:
+                    joint[np.ix_(rows_i, cols_j)] = joint[np.ix_(rows_j, cols_i)].T
         return joint
 
 

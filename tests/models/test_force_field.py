@@ -27,6 +27,7 @@ from molntk.models.force_field import (SO3ForceFieldRegressor, grouped_loo_resid
                                        select_noise_local)
 from molntk.regression.noise_search import RATIO_GRID, SCALE_GRID, loo_criterion, usable_scales
 from molntk.models.loading import load_model
+from molntk.scale.devices import torch_threads
 from molntk.models.model_files import read_model_archive, write_model_archive
 from molntk.models.so3_ntk import SO3NTKRegressor
 from molntk.molecular.derivative_kernels import derivative_rows
@@ -413,6 +414,26 @@ def test_cuda_force_field_matches_cpu(sample, inducing):
     scale = max(np.abs(x).max() for x in f_cpu)
     for a, b in zip(f_gpu, f_cpu):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-7 * scale)
+
+
+def test_predictions_side_by_side_on_two_threads_equal_one_threads(sample):
+    """The exact model predicts its query molecules on two Python threads when torch has two
+    (:func:`~molntk.scale.devices.map_over_threads`): energies and forces equal those on one
+    thread, where only the summation order inside torch's operations differs (bound 1e-12 of
+    the largest value)."""
+    mols, e, f = sample
+    rows = [4, 15, 26, 37, 48]
+    model = SO3ForceFieldRegressor(reg_energy=1e-3, reg_force=1e-2, **PARAMS).fit([mols[i] for i in rows], e[rows],
+                                                                                [f[i] for i in rows])
+    queries = [mols[i] for i in (60, 71, 82)]
+    with torch_threads(1):
+        e_one, f_one = model.predict_forces(queries, return_energy=True)
+    with torch_threads(2):
+        e_two, f_two = model.predict_forces(queries, return_energy=True)
+    np.testing.assert_allclose(e_two, e_one, rtol=0, atol=1e-12 * np.abs(e_one).max())
+    scale = max(np.abs(x).max() for x in f_one)
+    for a, b in zip(f_two, f_one):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * scale)
 
 
 def test_the_upper_triangle_storage_fits_the_full_models_coefficients(sample, tmp_path, monkeypatch):

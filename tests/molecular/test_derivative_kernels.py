@@ -27,6 +27,7 @@ from molntk.features.radial import GaussianBasis
 from molntk.models.so3_recipe import SO3ModelRecipe
 from molntk.molecular import derivative_kernels
 from molntk.molecular.derivative_kernels import derivative_rows, expansion_energy_and_gradient, joint_kernel
+from molntk.scale.devices import torch_threads
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -244,6 +245,21 @@ def test_joint_kernel_assembles_the_rows(frames):
     value, grad = expansion_energy_and_gradient(k, mols[1], mols, a, b)
     assert value == pytest.approx(rows.theta @ a + rows.d_ref @ b, rel=1e-12)
     np.testing.assert_allclose(grad.reshape(-1), rows.d_query @ a + rows.mixed @ b, rtol=0, atol=1e-12 * np.abs(grad).max())
+
+
+@pytest.mark.parametrize("method", ["closed-form", "autograd"])
+def test_rows_computed_side_by_side_on_two_threads_equal_one_threads(frames, method):
+    """The molecules' rows of a block are computed on two Python threads when torch has two
+    (:func:`~molntk.scale.devices.map_over_threads`): the joint kernel, symmetric and against
+    others, equals the one computed on one thread, where only the summation order inside
+    torch's operations can differ (bound 1e-13 of the largest entry)."""
+    k, mols = kernel(), frames[20:25]
+    with torch_threads(1):
+        one = joint_kernel(k, mols, method=method), joint_kernel(k, mols[:2], mols[2:], method=method)
+    with torch_threads(2):
+        two = joint_kernel(k, mols, method=method), joint_kernel(k, mols[:2], mols[2:], method=method)
+    for a, b in zip(one, two):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-13 * np.abs(a).max())
 
 
 @pytest.mark.parametrize("against", [None, (5, 7)], ids=["symmetric", "against-others"])

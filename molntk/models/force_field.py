@@ -530,7 +530,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
 
     def fit(self, X: Any, energies: Any, forces: Sequence[Any], baseline_results: BaselineResult | None = None,
             *, target: str = "energy", provenance: dict[str, Any] | None = None,
-            kernel_cache: str | Path | None = None, progress: ProgressCallback | None = None) -> SO3ForceFieldRegressor:
+            kernel_cache: str | Path | None = None, progress: ProgressCallback | None = None,
+            factor_progress: ProgressCallback | None = None) -> SO3ForceFieldRegressor:
         """Fit on molecules X, their energies (N,) and forces (a list of (n_i, 3), energy unit
         per Å). With a ``baseline``, on E − E_B and F − F_B (``baseline_results``: the baseline
         of X in ``unit`` computed elsewhere, e.g. cached; None: computed here). ``target``
@@ -542,7 +543,10 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         (:func:`~molntk.molecular.derivative_kernels.joint_kernel`'s ``cache_dir``), so a
         killed fit resumes from them. ``progress(done, total)``: the joint kernel's blocks of
         training configurations as they are done (exact model and ``inducing_frames``; the
-        sparse model's rows are not reported)."""
+        sparse model's rows are not reported). ``factor_progress(done, total)``: the
+        factorisation of ``kernel_storage="upper"`` (block updates,
+        :func:`~molntk.regression.blocked_cholesky.upper_cholesky_panels`; half an hour for
+        64,000 rows on two threads)."""
         lam_e, lam_f = self._check_params()
         if kernel_cache is not None and self.inducing is not None:
             raise InputError("kernel_cache", "stores a joint kernel of configurations; the sparse model on inducing "
@@ -572,7 +576,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
         elif self.inducing_frames is not None:
             self._fit_frames(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache, progress)
         elif self.kernel_storage == "upper":
-            self._fit_exact_upper(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache, progress)
+            self._fit_exact_upper(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache, progress,
+                                  factor_progress)
         else:
             self._fit_exact(kernel, molecules, y, is_force, groups, lam_e, lam_f, kernel_cache, progress)
         self.training_elements_ = present_elements(np.concatenate([m.numbers for m in molecules]))
@@ -598,7 +603,8 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
 
     def _fit_exact_upper(self, kernel: SO3MolecularKernel, molecules: list[Molecule], y: np.ndarray,
                          is_force: np.ndarray, groups: list[np.ndarray], lam_e: float | None, lam_f: float | None,
-                         kernel_cache: str | Path | None, progress: ProgressCallback | None) -> None:
+                         kernel_cache: str | Path | None, progress: ProgressCallback | None,
+                         factor_progress: ProgressCallback | None = None) -> None:
         """α of the exact model with K held as the upper triangle of its configuration-major
         order (``kernel_storage="upper"``): the λ's by :func:`select_noise` on the first
         :func:`local_start` configurations (their own joint kernel; with ``kernel_cache`` the
@@ -633,7 +639,7 @@ class SO3ForceFieldRegressor(SO3NetworkParams, SO3SolverParams, RegressorMixin, 
             block_rows, block_cols, _ = block_indices(n, off, a, b)
             place_in_panels(panels, position[block_rows], position[block_cols], block)
         add_to_panels_diagonal(panels, np.where(is_force, lam_f, lam_e)[order])
-        info = upper_cholesky_panels(panels)
+        info = upper_cholesky_panels(panels, factor_progress)
         if info:
             raise InputError("reg_energy", f"K + Λ is not positive definite (pivot {info}) at λ_E = {lam_e:.3g}, "
                              f"λ_F = {lam_f:.3g}: give larger λ's or a larger psd_rtol")

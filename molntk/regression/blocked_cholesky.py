@@ -22,6 +22,7 @@ import scipy.linalg
 import torch
 
 from molntk.regression.validation import row_slices
+from molntk.scale.progress import ProgressCallback
 
 #: Rows and columns per block.
 CHOLESKY_BLOCK = 1024
@@ -41,14 +42,17 @@ def upper_panels(m: int, block: int = CHOLESKY_BLOCK) -> list[np.ndarray]:
     return [np.zeros((k.stop - k.start, m - k.start)) for k in row_slices(m, block)]
 
 
-def upper_cholesky_panels(panels: list[np.ndarray]) -> int:
+def upper_cholesky_panels(panels: list[np.ndarray], progress: ProgressCallback | None = None) -> int:
     """Overwrite the row panels [A_kk, A_k,>k] of a symmetric A (:func:`upper_panels`, or views
     of a full matrix) with those of T, TᵀT = A, by the module docstring's algorithm, reading
     and writing nothing below the diagonal blocks (each diagonal block is first made
     symmetric from its upper triangle, so only that must hold A). Returns 0, or as LAPACK's
     info the (1-based) position of the first pivot that is not positive; the panels are
-    then part way through."""
+    then part way through. ``progress(done, total)`` after each panel, in block updates: panel
+    k of P updates the (P − k)(P − k + 1)/2 blocks (i, j ≥ i) of the trailing triangle, its
+    share of the work, so that the count grows with the flops done."""
     tensors = [torch.from_numpy(p) for p in panels]
+    updates = [(len(tensors) - k) * (len(tensors) - k + 1) // 2 for k in range(len(tensors))]
     start = 0
     for index, t in enumerate(tensors):
         size = t.shape[0]
@@ -66,6 +70,8 @@ def upper_cholesky_panels(panels: list[np.ndarray]) -> int:
             later -= right[:, column : column + width].mT @ right[:, column:]
             column += width
         start += size
+        if progress is not None:
+            progress(sum(updates[: index + 1]), sum(updates))
     return 0
 
 

@@ -439,10 +439,10 @@ def test_predictions_side_by_side_on_two_threads_equal_one_threads(sample):
 def test_the_upper_triangle_storage_fits_the_full_models_coefficients(sample, tmp_path, monkeypatch):
     """``kernel_storage="upper"`` with fixed λ's: K's upper triangle in configuration order, in
     row panels of 50 rows (28 rows per frame: frames straddle panels) from blocks of 3 frames,
-    factored in place, gives the coefficients of the full model's Cholesky solve of the same
-    K + Λ (both factor one matrix in different orders of summation; cond ≲ 1e5 with λ ≥ 1e-4
-    of the diagonal: ≈ 1e-11 relative; bound 1e-8), with and without a kernel cache; with the
-    cache, a second fit reads every block (no row computed)."""
+    factored in place (its progress reported), gives the coefficients of the full model's
+    Cholesky solve of the same K + Λ (both factor one matrix in different orders of summation;
+    cond ≲ 1e5 with λ ≥ 1e-4 of the diagonal: ≈ 1e-11 relative; bound 1e-8), with and without
+    a kernel cache; with the cache, a second fit reads every block (no row computed)."""
     from molntk.molecular import derivative_kernels
 
     mols, e, f = sample
@@ -454,7 +454,9 @@ def test_the_upper_triangle_storage_fits_the_full_models_coefficients(sample, tm
     scale = np.abs(np.r_[full.energy_coef_, full.force_coef_]).max()
     for cache in (None, tmp_path):
         upper = SO3ForceFieldRegressor(reg_energy=1e-3, reg_force=1e-2, kernel_storage="upper", **PARAMS)
-        upper.fit(*train, kernel_cache=cache)
+        reports = []
+        upper.fit(*train, kernel_cache=cache, factor_progress=lambda done, total: reports.append((done, total)))
+        assert len(reports) == 4 and reports[-1] == (20, 20)  # 196 rows: 4 panels, 4 · 5 · 6 / 6 block updates
         np.testing.assert_allclose(upper.energy_coef_, full.energy_coef_, rtol=0, atol=1e-8 * scale)
         np.testing.assert_allclose(upper.force_coef_, full.force_coef_, rtol=0, atol=1e-8 * scale)
     monkeypatch.setattr(derivative_kernels, "closed_form_rows", lambda *a, **k: pytest.fail("row computed"))

@@ -77,7 +77,9 @@ def test_row_panels_of_the_upper_triangle_factor_and_solve_like_lapack(m: int) -
     partial one; 64: one) with nothing below the diagonal (the panels' diagonal blocks zero
     there, as a configuration-ordered kernel leaves them): their factor is LAPACK's of the
     whole matrix and the solve is ``scipy.linalg.cho_solve``'s. The matrix is well conditioned
-    (cond ≈ 1e3), so the two orders of summation agree to ≈ 1e-13 relative; bound 1e-10."""
+    (cond ≈ 1e3), so the two orders of summation agree to ≈ 1e-13 relative; bound 1e-10.
+    Progress: one report per panel, in block updates, (P − k)(P − k + 1)/2 for panel k, to
+    P(P + 1)(P + 2)/6 of as many."""
     rng = np.random.default_rng(1)
     x = rng.normal(size=(m, m + 10))
     A = x @ x.T / m + np.eye(m)
@@ -87,7 +89,12 @@ def test_row_panels_of_the_upper_triangle_factor_and_solve_like_lapack(m: int) -
         p[:] = np.triu(A[k, k.start :])  # the upper triangle only
     shift = rng.uniform(0.1, 0.2, size=m)
     blocked_cholesky.add_to_panels_diagonal(panels, shift)
-    assert blocked_cholesky.upper_cholesky_panels(panels) == 0
+    reports = []
+    assert blocked_cholesky.upper_cholesky_panels(panels, lambda done, total: reports.append((done, total))) == 0
+    p_count = len(panels)
+    total = p_count * (p_count + 1) * (p_count + 2) // 6
+    assert reports == [(sum((p_count - j) * (p_count - j + 1) // 2 for j in range(k + 1)), total) for k in range(p_count)]
+    assert reports[-1] == (total, total)
     T = np.linalg.cholesky(A + np.diag(shift)).T
     for p, k in zip(panels, blocked_cholesky.row_slices(m, 1024)):
         np.testing.assert_allclose(np.triu(p), T[k, k.start :], rtol=0, atol=1e-10 * np.abs(T).max())

@@ -105,7 +105,8 @@ def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray
     ``kernel_cache``: where an exact SO(3) force field, or one on inducing frames, stores its
     joint kernel's rows (a killed fit resumes; :meth:`SO3ForceFieldRegressor.fit`). ``progress``:
     such a force field's kernel blocks and prediction batches, labelled ``"<name> N=<n>
-    kernel"`` and ``"… predict"`` (:meth:`SO3ForceFieldRegressor.fit`, ``predict_forces``).
+    kernel"``, ``"… factor"`` (the upper storage's factorisation) and ``"… predict"``
+    (:meth:`SO3ForceFieldRegressor.fit`, :func:`~molntk.pipelines.md.fits.predict_stored`).
     ``model_file``: where such a force field is stored once fitted, and read instead of
     fitting when it is there (:func:`~molntk.pipelines.md.fits.load_fitted`); its predictions
     are kept beside it a batch at a time (:func:`~molntk.pipelines.md.fits.predict_stored`)."""
@@ -120,7 +121,8 @@ def evaluate(name: str, estimator: Any, data: LabelledData, energies: np.ndarray
     elif isinstance(estimator, SO3ForceFieldRegressor):
         estimator.fit(pick(train), energies[train], forces,
                       kernel_cache=kernel_cache if estimator.inducing is None else None,
-                      progress=labelled(progress, f"{name} N={len(train)} kernel"))
+                      progress=labelled(progress, f"{name} N={len(train)} kernel"),
+                      factor_progress=labelled(progress, f"{name} N={len(train)} factor"))
     else:
         estimator.fit(pick(train), energies[train], forces)
     if stored is None:

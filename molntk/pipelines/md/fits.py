@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from molntk._version import __version__
-from molntk.errors import ModelFileError
 from molntk.data.molecule import Molecule
+from molntk.errors import ModelFileError
 from molntk.models.force_field import QUERY_BATCH, SO3ForceFieldRegressor
 from molntk.models.model_files import MODEL_SUFFIX
 from molntk.pipelines.files import jsonable
@@ -116,8 +116,7 @@ def predict_stored(model: SO3ForceFieldRegressor, molecules: list[Molecule], mod
     batches done."""
     folder = None
     if model_file is not None:
-        stem = model_file.name[: -len(MODEL_SUFFIX)] if model_file.name.endswith(MODEL_SUFFIX) else model_file.stem
-        folder = model_file.with_name(f"{stem}.predictions") / sha256_file(model_file)[:16]
+        folder = model_file.with_name(model_file.name.removesuffix(MODEL_SUFFIX) + ".predictions") / sha256_file(model_file)[:16]
     starts = range(0, len(molecules), QUERY_BATCH)
     energies, forces, seconds = [], [], 0.0
     for done, start in enumerate(starts, 1):

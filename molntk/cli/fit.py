@@ -8,7 +8,7 @@
   only) with the file's elements, on every molecule of FILE that could be read
   (:func:`molntk.pipelines.qm9.fit_labelled_file`); ``--baseline``: Δ-learning
   on GFN2-xTB (:mod:`molntk.models.delta`; the target must be an energy in ``--unit``).
-* ``molntk fit --data FILE --target KEY --forces [--inducing m | --inducing-frames m]``: a force field trained on
+* ``molntk fit --data FILE --target KEY --forces [--inducing m | --inducing-frames m | --kernel-storage upper]``: a force field trained on
   the energies KEY (eV) and the per-atom forces (eV/Å) of every frame of FILE (extended xyz,
   ASE database, MD17/rMD17 ``.npz``;
   :func:`molntk.pipelines.md.model_file.fit_force_field_file`), for ``molntk predict`` and
@@ -53,6 +53,9 @@ def fit(
     inducing_frames: Annotated[int | None, typer.Option("--inducing-frames", min=1, help="With --data and --forces: the "
                                                         "exact model's form on m of the frames, fitted to all of them "
                                                         "(for thousands of frames).", show_default=False)] = None,
+    kernel_storage: Annotated[str, typer.Option("--kernel-storage", help="With --data and --forces, the exact model: 'full' "
+                                                "(its joint kernel as a square) or 'upper' (its upper triangle only: half "
+                                                "the memory, the noise levels chosen on the leading frames).")] = "full",
     baseline: Annotated[str | None, typer.Option("--baseline", help="With --data: learn the residual of this physical "
                                                  f"baseline ({', '.join(BASELINES)}); the target must be an energy in --unit.",
                                                  show_default=False)] = None,
@@ -79,16 +82,22 @@ def fit(
         read = {"smiles_column": smiles_column} if smiles_column is not None else {}
         if inducing_frames is not None and not forces:
             raise typer.BadParameter("--inducing-frames applies to a force field (--forces)", param_hint="--inducing-frames")
+        if kernel_storage not in ("full", "upper"):
+            raise typer.BadParameter(f"must be 'full' or 'upper', got {kernel_storage!r}", param_hint="--kernel-storage")
+        if kernel_storage == "upper" and (not forces or inducing is not None or inducing_frames is not None):
+            raise typer.BadParameter("--kernel-storage upper applies to the exact force field (--forces without "
+                                     "--inducing or --inducing-frames)", param_hint="--kernel-storage")
         if forces:
             if unit not in ("unknown", FORCE_FIELD_UNIT):
                 raise typer.BadParameter(f"a force field is fitted in {FORCE_FIELD_UNIT} and {FORCE_FIELD_UNIT}/Å "
                                          f"(the readers' force unit), not {unit!r}", param_hint="--unit")
             with job_progress() as progress:
                 result = fit_force_field_file(data, target, Path("models") if out is None else out, inducing=inducing,
-                                              inducing_frames=inducing_frames, baseline=baseline, progress=progress,
-                                              **read)
-            kind = ("sparse" if result["sparse"] else
-                    "exact" if result["inducing_frames"] is None else f"on {result['inducing_frames']} inducing frames")
+                                              inducing_frames=inducing_frames, kernel_storage=kernel_storage,
+                                              baseline=baseline, progress=progress, **read)
+            kind = ("sparse" if result["sparse"] else f"on {result['inducing_frames']} inducing frames"
+                    if result["inducing_frames"] is not None else
+                    "exact, upper triangle" if result["kernel_storage"] == "upper" else "exact")
             _show(result, f"{data}: SO(3) NTK force field ({kind}) on {result['n_train']} frames", as_json,
                   {"data": str(data), "target": target, "unit": FORCE_FIELD_UNIT, "forces": True})
             return
@@ -100,6 +109,7 @@ def fit(
         return
     for option, value in (("--target", target), ("--smiles-column", smiles_column), ("--inducing", inducing),
                           ("--inducing-frames", inducing_frames),
+                          ("--kernel-storage", None if kernel_storage == "full" else kernel_storage),
                           ("--baseline", baseline), ("--forces", forces or None)):
         if value is not None:
             raise typer.BadParameter(f"{option} applies to --data, not to CONFIG", param_hint=option)

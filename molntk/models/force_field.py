@@ -342,7 +342,7 @@ def check_exact_memory(rows: int, grid_search: bool, available: int | None = Non
     if need > available:
         raise InputError("inducing", f"the exact energy+force model has {rows:,} joint rows: its fit needs ≈ "
                          f"{need / 2**30:.1f} GiB of memory, {available / 2**30:.1f} GiB are available; give "
-                         "kernel_storage='upper' (its upper triangle only, "
+                         "kernel_storage='upper' (molntk fit: --kernel-storage upper; its upper triangle only, "
                          f"{upper_host_bytes(rows) / 2**30:.1f} GiB), inducing_frames=m (m of the configurations) "
                          "or inducing=m (inducing environments) for a sparse model, or fewer configurations")
 

@@ -155,3 +155,32 @@ def test_fit_forces_on_inducing_frames_writes_that_model_and_needs_forces(frames
     usage = CliRunner().invoke(app, ["fit", "--data", str(frames / "train.extxyz"), "--target", "dft_energy",
                                      "--inducing-frames", "3", "--out", str(tmp_path / "none")])
     assert usage.exit_code == 2 and "--inducing-frames applies to a force field" in unboxed(usage.output)
+
+
+def test_fit_forces_with_the_upper_storage_writes_the_model_fitted_by_hand(frames, tmp_path):
+    """``--kernel-storage upper``: the exact model holding its joint kernel's upper triangle,
+    as the estimator fits it by hand with that storage (its λ's by the grid on the leading
+    frames, here all 5), the factorisation's progress on stderr; the option is a usage error
+    with ``--inducing-frames``, without ``--forces`` and with another value."""
+    out = tmp_path / "models"
+    result = CliRunner().invoke(app, ["fit", "--data", str(frames / "train.extxyz"), "--target", "dft_energy", "--forces",
+                                      "--kernel-storage", "upper", "--out", str(out), "--json"])
+    assert result.exit_code == 1, result.output  # the frame without forces, as above
+    assert json.loads(result.stdout)["result"]["kernel_storage"] == "upper"
+    assert "factor: 1/1 blocks" in result.stderr
+    model = load_model(out / "dft_energy.molntk.npz")
+    data = read_labelled(frames / "train.extxyz", "dft_energy", forces=True)
+    by_hand = SO3ForceFieldRegressor(elements=data.elements, unit="eV", kernel_storage="upper")
+    by_hand.fit(data.molecules, data.targets["dft_energy"], data.forces)
+    assert (model.reg_energy_, model.reg_force_) == (by_hand.reg_energy_, by_hand.reg_force_)
+    test = read_labelled(frames / "test.extxyz", "energy", forces=True).molecules
+    energies, forces = model.predict_forces(test, return_energy=True)
+    expected_e, expected_f = by_hand.predict_forces(test, return_energy=True)
+    np.testing.assert_allclose(energies, expected_e, rtol=1e-10)
+    np.testing.assert_allclose(np.stack(forces), np.stack(expected_f), rtol=1e-8, atol=1e-10)
+    for extra, problem in ((["--forces", "--inducing-frames", "3", "--kernel-storage", "upper"], "applies to the exact force field"),
+                           (["--kernel-storage", "upper"], "applies to the exact force field"),
+                           (["--forces", "--kernel-storage", "half"], "must be 'full' or 'upper'")):
+        usage = CliRunner().invoke(app, ["fit", "--data", str(frames / "train.extxyz"), "--target", "dft_energy", *extra,
+                                         "--out", str(tmp_path / "none")])
+        assert usage.exit_code == 2 and problem in unboxed(usage.output), usage.output

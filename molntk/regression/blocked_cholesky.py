@@ -65,9 +65,9 @@ def upper_cholesky_panels(panels: list[np.ndarray], progress: ProgressCallback |
         right = t[:, size:]
         right.copy_(torch.linalg.solve_triangular(T_kk.mT, right, upper=False))
         column = 0
-        for later in tensors[index + 1 :]:  # A_i,≥i −= T_k,iᵀ T_k,≥i
+        for later in tensors[index + 1 :]:  # A_i,≥i −= T_k,iᵀ T_k,≥i, in place (no panel-sized temporary)
             width = later.shape[0]
-            later -= right[:, column : column + width].mT @ right[:, column:]
+            later.addmm_(right[:, column : column + width].mT, right[:, column:], alpha=-1)
             column += width
         start += size
         if progress is not None:

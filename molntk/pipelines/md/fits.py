@@ -13,7 +13,7 @@ seconds in its provenance): a run killed while predicting (half an hour for 1,00
 test frames) predicts again without fitting again. Its predictions are stored too, a batch of
 :data:`~molntk.models.force_field.QUERY_BATCH` test frames at a time, as
 ``<key>.predictions/<model file's SHA-256>/<start>-<stop>.npz`` (:func:`predict_stored`):
-a run killed while predicting (two hours for 1,000 aspirin test frames against 1,000
+a run killed while predicting (about an hour for 1,000 aspirin test frames against 1,000
 training frames on two threads) predicts only the batches it lacks. Its ``fit_seconds`` are
 those of the run that fitted it, its ``predict_seconds`` the sum over the batches of the
 runs that predicted them. The key names the molntk version, not the code: whoever

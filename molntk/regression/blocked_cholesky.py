@@ -53,7 +53,7 @@ def upper_cholesky_panels(panels: list[np.ndarray], progress: ProgressCallback |
     share of the work, so that the count grows with the flops done."""
     tensors = [torch.from_numpy(p) for p in panels]
     updates = [(len(tensors) - k) * (len(tensors) - k + 1) // 2 for k in range(len(tensors))]
-    start = 0
+    start, done = 0, 0
     for index, t in enumerate(tensors):
         size = t.shape[0]
         diagonal = t[:, :size]
@@ -70,8 +70,9 @@ def upper_cholesky_panels(panels: list[np.ndarray], progress: ProgressCallback |
             later.addmm_(right[:, column : column + width].mT, right[:, column:], alpha=-1)
             column += width
         start += size
+        done += updates[index]
         if progress is not None:
-            progress(sum(updates[: index + 1]), sum(updates))
+            progress(done, sum(updates))
     return 0
 
 

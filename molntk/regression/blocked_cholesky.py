@@ -53,7 +53,7 @@ def upper_cholesky_panels(panels: list[np.ndarray], progress: ProgressCallback |
     share of the work, so that the count grows with the flops done."""
     tensors = [torch.from_numpy(p) for p in panels]
     updates = [(len(tensors) - k) * (len(tensors) - k + 1) // 2 for k in range(len(tensors))]
-    start, done = 0, 0
+    start, done, total = 0, 0, sum(updates)
     for index, t in enumerate(tensors):
         size = t.shape[0]
         diagonal = t[:, :size]
@@ -72,7 +72,7 @@ def upper_cholesky_panels(panels: list[np.ndarray], progress: ProgressCallback |
         start += size
         done += updates[index]
         if progress is not None:
-            progress(done, sum(updates))
+            progress(done, total)
     return 0
 
 

@@ -10,13 +10,12 @@ config finds the records of the fits it already made and fits only the rest; a r
 whose file is unreadable is fitted again. An SO(3) force field is also stored as soon as it
 is fitted, before its predictions, as ``<key>.molntk.npz`` (its model file, with the fit's
 seconds in its provenance): a run killed while predicting predicts again without fitting
-again. Its predictions are stored too, a batch of
-:data:`~molntk.models.force_field.QUERY_BATCH` test frames at a time, as
-``<key>.predictions/<model file's SHA-256>/<start>-<stop>.npz`` (:func:`predict_stored`):
-a run killed while predicting (78 minutes for 1,000 aspirin test frames against 1,000
-training frames on two threads, measured) predicts only the batches it lacks. Its ``fit_seconds`` are
-those of the run that fitted it, its ``predict_seconds`` the sum over the batches of the
-runs that predicted them. The key names the molntk version, not the code: whoever
+again. Its predictions are stored too, a batch of :data:`~molntk.models.force_field.QUERY_BATCH`
+test frames at a time, as ``<key>.predictions/<model file's SHA-256>/<start>-<stop>.npz``
+(:func:`predict_stored`): a run killed while predicting (78 minutes for 1,000 aspirin test
+frames against 1,000 training frames on two threads, measured) predicts only the batches it
+lacks. Its ``fit_seconds`` are those of the run that fitted it, its ``predict_seconds`` the
+sum over the batches of the runs that predicted them. The key names the molntk version, not the code: whoever
 changes the code between runs of one version deletes ``fit_cache/`` (as ``kernel_cache/`` of
 the QM9 task, :mod:`molntk.scale.cache`).
 """
